@@ -1,0 +1,27 @@
+# Quick start: `make book` builds the book, `make test` runs every test. Both set up .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch from this machine's disk; elsewhere set e.g. TORCH=torch to get PyPI's default build.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup test lint book execute notebooks clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+lint: setup
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf book/_build .pytest_cache

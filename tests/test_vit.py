@@ -1,0 +1,109 @@
+"""The whole ViT: parameter counts, attention outputs, gradients, errors, hybrid stem."""
+
+import pytest
+import torch
+
+from vit_course import CONFIGS, ViT, count_parameters
+
+SMALL = dict(image_size=(16, 12), patch_size=4, in_channels=3, num_classes=7, dim=24, depth=2, num_heads=3)
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def test_vit_b16_has_the_papers_parameter_count():
+    config = CONFIGS["ViT-B/16"]
+    assert count_parameters(**config) == 86_567_656  # timm's vit_base_patch16_224
+    with torch.device("meta"):  # no memory, no init time: only shapes
+        model = ViT(**config)
+    assert n_params(model) == 86_567_656
+
+
+@pytest.mark.parametrize("name,millions", [("ViT-L/16", 304), ("ViT-H/14", 632)])
+def test_larger_configs_match_the_paper(name, millions):
+    assert round(count_parameters(**CONFIGS[name]) / 1e6) == millions
+
+
+@pytest.mark.parametrize("extra", [
+    {}, dict(pool="mean"), dict(pos_embed="sincos"), dict(pool="mean", class_token=True), dict(mlp_ratio=2.5),
+    dict(init_values=1e-4), dict(qkv_bias=False), dict(stem_channels=(8, 16), patch_size=1),
+])
+def test_count_parameters_matches_module(extra):
+    config = {**SMALL, **extra}
+    assert count_parameters(**config) == n_params(ViT(**config))
+
+
+def test_forward_shapes_and_attention():
+    torch.manual_seed(0)
+    model = ViT(**SMALL).eval()
+    x = torch.randn(2, 3, 16, 12)
+    logits = model(x)
+    assert logits.shape == (2, 7)
+    logits2, attentions = model(x, return_attention=True)
+    assert torch.allclose(logits, logits2, atol=1e-5)
+    assert len(attentions) == 2 and attentions[0].shape == (2, 3, 13, 13)
+    assert torch.allclose(attentions[1].sum(-1), torch.ones(2, 3, 13), atol=1e-5)
+
+
+def test_named_parameters_follow_timm():
+    names = dict(ViT(**SMALL).named_parameters())
+    for name in ["patch_embed.proj.weight", "cls_token", "pos_embed", "blocks.0.norm1.weight",
+                 "blocks.1.attn.qkv.weight",                 "blocks.1.attn.proj.bias", "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.bias", "norm.weight",
+                 "head.weight"]:
+        assert name in names, name
+    assert names["cls_token"].shape == (1, 1, 24) and names["pos_embed"].shape == (1, 13, 24)
+
+
+def test_gradients_reach_every_parameter():
+    torch.manual_seed(1)
+    for extra in ({}, dict(pool="mean", pos_embed="sincos"), dict(stem_channels=(8,), patch_size=2)):
+        model = ViT(**{**SMALL, **extra})
+        model(torch.randn(3, 3, 16, 12)).square().mean().backward()
+        missing = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
+        assert not missing, missing
+
+
+def test_without_positions_patch_tokens_are_permutation_equivariant():
+    """With the position embeddings zeroed, shuffling the patches shuffles the patch tokens alike."""
+    torch.manual_seed(2)
+    model = ViT(**{**SMALL, "pool": "mean"}).eval()
+    with torch.no_grad():
+        model.pos_embed.zero_()
+    x = torch.randn(2, 3, 16, 12)
+    tokens = model.patch_embed(x)
+    perm = torch.randperm(tokens.shape[1])
+
+    def run(t):
+        for block in model.blocks:
+            t = block(t)
+        return t
+
+    assert torch.allclose(run(tokens)[:, perm], run(tokens[:, perm]), atol=1e-5)
+
+
+def test_bad_input_names_the_numbers():
+    with pytest.raises(ValueError, match="30x32.*16x16"):
+        ViT(**{**SMALL, "image_size": (30, 32), "patch_size": 16})
+    with pytest.raises(ValueError, match="dim=24.*num_heads=5"):
+        ViT(**{**SMALL, "num_heads": 5})
+    model = ViT(**SMALL)
+    with pytest.raises(ValueError, match="3, 16, 12.*\\(2, 1, 16, 12\\)"):
+        model(torch.zeros(2, 1, 16, 12))
+    with pytest.raises(ValueError, match="\\(2, 3, 16, 16\\)"):
+        model(torch.zeros(2, 3, 16, 16))
+    with pytest.raises(ValueError, match="pool"):
+        ViT(**{**SMALL, "pool": "max"})
+
+
+def test_sincos_position_embedding_is_fixed():
+    model = ViT(**{**SMALL, "pos_embed": "sincos", "pool": "mean"})
+    assert "pos_embed" not in dict(model.named_parameters())
+    assert model.pos_embed.shape == (1, 12, 24)
+
+
+def test_hybrid_stem_makes_tokens_from_a_feature_map():
+    model = ViT(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=32, depth=1, num_heads=2,
+                stem_channels=(16, 32))
+    assert model.grid_size == (8, 8)  # 32 / 2 / 2
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)

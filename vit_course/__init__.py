@@ -1,0 +1,31 @@
+"""vit_course: the reference solutions, checks and tools of "Vision Transformers from scratch".
+
+Each module maps onto chapters of the course:
+attention (01-02), blocks (03), patches (04, 09), vit (05), device.
+"""
+
+from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
+from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
+from .device import describe, pick_device
+from .patches import (
+    PatchEmbedding,
+    add_class_token_and_position,
+    conv_to_linear_weight,
+    grid_size,
+    linear_to_conv_weight,
+    patchify,
+    resample_position_embeddings,
+    sincos_position_embedding,
+    unpatchify,
+)
+from .vit import CONFIGS, ConvStem, ViT, convert_timm_state_dict, count_parameters
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CONFIGS", "MLP", "ConvStem", "DropPath", "EncoderBlock", "LayerNorm", "LayerScale", "MultiHeadAttention",
+    "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
+    "convert_timm_state_dict", "count_parameters", "describe", "grid_size", "linear_to_conv_weight",
+    "merge_heads", "patchify", "pick_device", "resample_position_embeddings", "scaled_dot_product_attention",
+    "sincos_position_embedding", "split_heads", "unpatchify",
+]

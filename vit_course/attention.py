@@ -1,0 +1,108 @@
+"""Attention, the one operation a Transformer is built around (chapters 01 and 02).
+
+Shapes use b = batch, h = heads, n = tokens, d = width of one head, D = h * d.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    """softmax(q k^T / sqrt(d)) v, written out in plain tensor operations.
+
+    Args:
+        q: queries, (..., n_q, d)
+        k: keys, (..., n_k, d)
+        v: values, (..., n_k, d_v)
+        mask: optional boolean tensor broadcastable to (..., n_q, n_k); True means
+            "may attend", the convention of ``F.scaled_dot_product_attention``.
+    Returns:
+        out: (..., n_q, d_v), each row a weighted average of the values
+        weights: (..., n_q, n_k), each row sums to 1 over the keys
+    """
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same last dimension, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v need the same number of tokens, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., n_q, n_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0: no weight there
+    weights = scores.softmax(dim=-1)  # (..., n_q, n_k), rows sum to 1
+    return weights @ v, weights  # (..., n_q, d_v), (..., n_q, n_k)
+
+
+class SelfAttention(nn.Module):
+    """One attention head: queries, keys and values all come from the same tokens.
+
+    Args:
+        dim: width of the input tokens (n in the chapter's X of shape m x n)
+        head_dim: width d of the queries, keys and values
+    forward(x (b, n, dim), mask=None) -> (b, n, head_dim); with ``return_attention=True``
+    it returns (out, weights (b, n, n)).
+    """
+
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.q = nn.Linear(dim, head_dim, bias=False)  # W_q: dim x head_dim
+        self.k = nn.Linear(dim, head_dim, bias=False)  # W_k
+        self.v = nn.Linear(dim, head_dim, bias=False)  # W_v
+
+    def forward(self, x, mask=None, return_attention=False):
+        out, weights = scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)
+        return (out, weights) if return_attention else out
+
+
+def split_heads(x, num_heads):
+    """(b, n, h*d) -> (b, h, n, d). Head i owns the i-th contiguous block of d features."""
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"width {x.shape[-1]} is not divisible by num_heads={num_heads}")
+    return rearrange(x, "... n (h d) -> ... h n d", h=num_heads)
+
+
+def merge_heads(x):
+    """(b, h, n, d) -> (b, n, h*d), the inverse of ``split_heads``."""
+    return rearrange(x, "... h n d -> ... n (h d)")
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention with timm's names: a fused ``qkv`` and an output ``proj``.
+
+    ``qkv.weight`` is laid out [W_q; W_k; W_v] like ``nn.MultiheadAttention.in_proj_weight``,
+    so weights copy across unchanged.
+
+    forward(x (b, n, dim), mask=None) -> (b, n, dim); with ``return_attention=True``
+    returns (out, weights (b, h, n, n)).
+    """
+
+    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}: heads split the width")
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x, mask=None, return_attention=False):
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"expected tokens of shape (batch, tokens, {self.dim}), got {tuple(x.shape)}")
+        qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        q, k, v = qkv.unbind(0)  # each (b, h, n, d)
+        if return_attention:
+            # The explicit path: the only one that gives the weights back.
+            out, weights = scaled_dot_product_attention(q, k, v, mask)  # (b, h, n, d), (b, h, n, n)
+            if self.training and self.attn_drop.p > 0:
+                out = self.attn_drop(weights) @ v
+        else:
+            # The fused kernel computes the same thing without ever storing the n x n weights.
+            p = self.attn_drop.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (b, h, n, d)
+        out = self.proj_drop(self.proj(merge_heads(out)))  # (b, n, dim)
+        return (out, weights) if return_attention else out

@@ -1,0 +1,178 @@
+"""The Vision Transformer (chapter 05): embeddings -> encoder blocks -> norm -> head.
+
+Parameter names are timm's (``patch_embed.proj``, ``cls_token``, ``pos_embed``, ``blocks.i``,
+``norm``, ``head``), so ``convert_timm_state_dict`` only has to reshape the patch projection.
+"""
+
+import torch
+from torch import nn
+
+from .blocks import EncoderBlock
+from .patches import (
+    PatchEmbedding,
+    add_class_token_and_position,
+    conv_to_linear_weight,
+    sincos_position_embedding,
+    to_pair,
+)
+
+# The paper's configurations (Table 1) at 224 x 224 with a 1000-class head.
+CONFIGS = {
+    "ViT-Ti/16": dict(image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=192, depth=12, num_heads=3),
+    "ViT-S/16": dict(image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=384, depth=12, num_heads=6),
+    "ViT-B/16": dict(image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=768, depth=12, num_heads=12),
+    "ViT-L/16": dict(image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=1024, depth=24, num_heads=16),
+    "ViT-H/14": dict(image_size=224, patch_size=14, in_channels=3, num_classes=1000, dim=1280, depth=32, num_heads=16),
+}
+
+
+class ConvStem(nn.Module):
+    """The hybrid model's tokenizer: a small CNN whose feature map is cut into patches instead of pixels.
+
+    Each stage is conv3x3 -> BatchNorm -> ReLU -> max-pool (stride 2), so the map shrinks by
+    2 per stage. forward(images (b, C, H, W)) -> (b, channels[-1], H / 2^s, W / 2^s)
+    """
+
+    def __init__(self, in_channels, channels):
+        super().__init__()
+        layers = []
+        for c_in, c_out in zip((in_channels, *channels[:-1]), channels, strict=True):
+            layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                       nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1)]
+        self.layers = nn.Sequential(*layers)
+        self.out_channels, self.reduction = channels[-1], 2 ** len(channels)
+
+    def forward(self, images):
+        return self.layers(images)
+
+
+class ViT(nn.Module):
+    """A Vision Transformer.
+
+    Args:
+        image_size, patch_size, in_channels: images are (b, in_channels, H, W), cut into P x P patches
+        num_classes: outputs of the head
+        dim, depth, num_heads, mlp_ratio: width D, number of blocks L, heads, MLP width ratio
+        pool: "cls" classifies the class token's final state, "mean" the mean of the patch tokens
+        pos_embed: "learned" (the paper's 1D table) or "sincos" (fixed 2D sin-cos)
+        class_token: prepend a class token (default: only when pool == "cls")
+        stem_channels: channels of a hybrid conv stem, e.g. (32, 64); patches are then cut from its
+            feature map (use patch_size 1 there, as the paper's hybrid does)
+        drop, attn_drop, drop_path: dropout, attention dropout, stochastic depth (linearly rising with depth)
+    forward(images) -> logits (b, num_classes); with ``return_attention=True`` -> (logits, list of
+    per-layer attention weights (b, h, n, n), n = N + 1 with a class token).
+    """
+
+    def __init__(self, image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=768, depth=12,
+                 num_heads=12, mlp_ratio=4.0, pool="cls", pos_embed="learned", class_token=None, qkv_bias=True,
+                 stem_channels=None, drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None):
+        super().__init__()
+        if pool not in ("cls", "mean"):
+            raise ValueError(f'pool must be "cls" or "mean", got {pool!r}')
+        if pos_embed not in ("learned", "sincos"):
+            raise ValueError(f'pos_embed must be "learned" or "sincos", got {pos_embed!r}')
+        class_token = pool == "cls" if class_token is None else class_token
+        if pool == "cls" and not class_token:
+            raise ValueError('pool="cls" needs a class token')
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
+        self.image_size, self.in_channels, self.pool = to_pair(image_size), in_channels, pool
+        self.num_prefix_tokens = int(class_token)
+
+        self.stem = ConvStem(in_channels, tuple(stem_channels)) if stem_channels else None
+        if self.stem is not None:
+            h, w = self.image_size
+            if h % self.stem.reduction or w % self.stem.reduction:
+                raise ValueError(f"image of {h}x{w} pixels: the conv stem needs sides divisible by "
+                                 f"{self.stem.reduction}")
+            token_image, token_channels = (h // self.stem.reduction, w // self.stem.reduction), self.stem.out_channels
+        else:
+            token_image, token_channels = self.image_size, in_channels
+        self.patch_embed = PatchEmbedding(token_image, patch_size, token_channels, dim)  # (b, N, D)
+        self.grid_size, num_patches = self.patch_embed.grid_size, self.patch_embed.num_patches
+
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
+        n = num_patches + self.num_prefix_tokens
+        if pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.randn(1, n, dim) * 0.02)
+        else:  # fixed: a buffer, not a parameter; the class token's position row is zero
+            table = sincos_position_embedding(self.grid_size, dim)
+            self.register_buffer("pos_embed", torch.cat([torch.zeros(self.num_prefix_tokens, dim), table])[None])
+        rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]  # stochastic depth grows with depth
+        self.blocks = nn.ModuleList([
+            EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values) for rate in rates])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
+        self.apply(_init_weights)
+
+    def embed(self, images):
+        """images (b, C, H, W) -> tokens (b, n, D) with class token and positions added."""
+        expected = (self.in_channels, *self.image_size)
+        if images.ndim != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"ViT expects images of shape (batch, {', '.join(map(str, expected))}), "
+                             f"got {tuple(images.shape)}")
+        if self.stem is not None:
+            images = self.stem(images)  # (b, C', H/r, W/r): the hybrid's feature map
+        tokens = self.patch_embed(images)  # (b, N, D)
+        return add_class_token_and_position(tokens, self.cls_token, self.pos_embed)  # (b, n, D)
+
+    def forward(self, images, return_attention=False):
+        x = self.embed(images)  # (b, n, D)
+        attentions = []
+        for block in self.blocks:
+            # The fused kernel never stores the (n x n) weights; asking for them takes the explicit path.
+            if return_attention:
+                x, weights = block(x, return_attention=True)  # weights (b, h, n, n)
+                attentions.append(weights)
+            else:
+                x = block(x)  # (b, n, D)
+        x = self.norm(x)
+        x = x[:, 0] if self.pool == "cls" else x[:, self.num_prefix_tokens:].mean(dim=1)  # (b, D)
+        logits = self.head(x)  # (b, num_classes)
+        return (logits, attentions) if return_attention else logits
+
+
+def _init_weights(module):
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads=None, mlp_ratio=4.0,
+                     pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, stem_channels=None,
+                     init_values=None, **_):
+    """Trainable parameters of ``ViT(**config)``, by formula (num_heads does not change it)."""
+    class_token = pool == "cls" if class_token is None else class_token
+    hidden = int(dim * mlp_ratio)
+    channels, height, width = in_channels, *to_pair(image_size)
+    stem = 0
+    for c_out in stem_channels or ():
+        stem += 9 * channels * c_out + 2 * c_out  # conv3x3 without bias + BatchNorm's scale and shift
+        channels, height, width = c_out, height // 2, width // 2
+    num_patches = (height // patch_size) * (width // patch_size)
+    patch_embed = patch_size * patch_size * channels * dim + dim
+    tokens = dim * class_token + (num_patches + class_token) * dim * (pos_embed == "learned")
+    block = (2 * 2 * dim  # two LayerNorms
+             + 3 * dim * dim + 3 * dim * qkv_bias + dim * dim + dim  # qkv and proj
+             + dim * hidden + hidden + hidden * dim + dim  # fc1 and fc2
+             + 2 * dim * bool(init_values))  # LayerScale
+    return stem + patch_embed + tokens + depth * block + 2 * dim + dim * num_classes + num_classes
+
+
+def convert_timm_state_dict(state_dict):
+    """Map a timm ``VisionTransformer`` state dict (e.g. ``vit_base_patch16_224``) onto ``ViT``.
+
+    Everything shares timm's names except the patch projection: timm's Conv2d weight
+    (D, C, P, P) becomes our Linear weight (D, P*P*C).
+    """
+    foreign = ("fc_norm.", "reg_token", "patch_embed.backbone", "attn_pool")
+    unsupported = [k for k in state_dict if k.startswith(foreign)]
+    if unsupported:
+        raise ValueError(f"timm weights with {unsupported[:3]} have no counterpart in ViT (global-average "
+                         f"fc_norm, register tokens, hybrid backbones and attention pooling are not supported)")
+    out = dict(state_dict)
+    weight = out["patch_embed.proj.weight"]
+    if weight.ndim == 4:
+        out["patch_embed.proj.weight"] = conv_to_linear_weight(weight)
+    return out
