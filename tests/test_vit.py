@@ -49,8 +49,8 @@ def test_forward_shapes_and_attention():
 def test_named_parameters_follow_timm():
     names = dict(ViT(**SMALL).named_parameters())
     for name in ["patch_embed.proj.weight", "cls_token", "pos_embed", "blocks.0.norm1.weight",
-                 "blocks.1.attn.qkv.weight",                 "blocks.1.attn.proj.bias", "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.bias", "norm.weight",
-                 "head.weight"]:
+                 "blocks.1.attn.qkv.weight", "blocks.1.attn.proj.bias", "blocks.0.mlp.fc1.weight",
+                 "blocks.0.mlp.fc2.bias", "norm.weight", "head.weight"]:
         assert name in names, name
     assert names["cls_token"].shape == (1, 1, 24) and names["pos_embed"].shape == (1, 13, 24)
 
