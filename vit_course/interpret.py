@@ -1,0 +1,229 @@
+"""What the ViT learns (chapter 08): attention rollout, mean attention distance, position-embedding
+similarity and the patch-embedding filters, the tools behind the paper's interpretability figures.
+
+Shapes use b = batch, h = heads, n = tokens (k prefix/class tokens + N = gh * gw patches),
+L = layers, D = width, P = patch size, C = channels.
+"""
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from .patches import to_pair
+
+
+def _check_attention(attention, name="attention"):
+    if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
+        raise ValueError(f"{name} must be (batch, heads, n, n) weights, got shape {tuple(attention.shape)}")
+
+
+def _num_prefix(n, grid_size):
+    """How many prefix (class) tokens precede the gh * gw patch tokens in a sequence of n."""
+    gh, gw = to_pair(grid_size)
+    if n < gh * gw:
+        raise ValueError(f"{n} tokens cannot hold a {gh}x{gw} patch grid ({gh * gw} patches)")
+    return n - gh * gw
+
+
+def attention_rollout(attentions):
+    """Attention rollout (Abnar & Zuidema 2020): how much each token's final state draws on each input token.
+
+    Each layer's heads are averaged, the identity is added for the residual path (x + attn(x)),
+    rows are renormalised, and the layers are multiplied with the last one on the left:
+    R = A_L' ... A_2' A_1'.
+
+    Args:
+        attentions: list (one per layer, first layer first) of weights (b, h, n, n)
+    Returns:
+        rollout (b, n, n), rows sum to 1: row i is the share of each input token in token i's output
+    """
+    if len(attentions) == 0:
+        raise ValueError("attention_rollout needs at least one layer of attention weights, got an empty list")
+    rollout = None
+    for i, attention in enumerate(attentions):
+        _check_attention(attention, f"attentions[{i}]")
+        if rollout is not None and attention.shape[-1] != rollout.shape[-1]:
+            raise ValueError(f"attentions[{i}] has {attention.shape[-1]} tokens, earlier layers "
+                             f"{rollout.shape[-1]}")
+        n = attention.shape[-1]
+        a = attention.float().mean(dim=1)  # (b, n, n): heads averaged
+        a = a + torch.eye(n, device=a.device)  # (b, n, n): the residual connection carries the token itself
+        a = a / a.sum(dim=-1, keepdim=True)  # (b, n, n): rows sum to 1 again
+        rollout = a if rollout is None else a @ rollout  # (b, n, n): later layers act on what earlier ones mixed
+    return rollout
+
+
+def _patch_rows(weights, num_prefix):
+    """(..., n, n) -> (..., N): the class token's row over the patch tokens; without a class token
+    (a mean-pooled model) the mean of the patch tokens' rows, which is what the head reads."""
+    if num_prefix > 0:
+        return weights[..., 0, num_prefix:]  # (..., N)
+    return weights.mean(dim=-2)  # (..., N)
+
+
+def _to_grid(maps, grid_size, image_size, normalize, mode):
+    """(..., N) -> (..., gh, gw), or (..., H, W) upsampled; optionally scaled to a maximum of 1 per map."""
+    gh, gw = to_pair(grid_size)
+    maps = rearrange(maps, "... (gh gw) -> ... gh gw", gh=gh, gw=gw)  # (..., gh, gw)
+    if image_size is not None:
+        lead = maps.shape[:-2]
+        flat = maps.reshape(-1, 1, gh, gw)  # (m, 1, gh, gw): interpolate wants a channel axis
+        kwargs = {} if mode == "nearest" else {"align_corners": False}
+        flat = F.interpolate(flat, size=to_pair(image_size), mode=mode, **kwargs)  # (m, 1, H, W)
+        maps = flat.reshape(*lead, *flat.shape[-2:])  # (..., H, W)
+    if normalize:
+        peak = maps.flatten(-2).amax(dim=-1).clamp_min(1e-12)  # (...,): each map's largest value
+        maps = maps / peak[..., None, None]  # (..., gh, gw) in [0, 1]
+    return maps
+
+
+def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bilinear"):
+    """The rollout of the class token over the patches, laid out on the patch grid (or the image).
+
+    Args:
+        attentions: list of per-layer weights (b, h, n, n), n = k + gh * gw
+        grid_size: (gh, gw) or an int for a square grid
+        image_size: (H, W) or int to upsample the map over the image; None keeps (gh, gw)
+        normalize: divide each map by its maximum, for display
+        mode: interpolation for the upsampling ("bilinear" or "nearest")
+    Returns:
+        (b, gh, gw), or (b, H, W) with image_size. Without a class token, the mean of the patch
+        tokens' rollout rows (what a mean-pooled head reads).
+    """
+    rollout = attention_rollout(attentions)  # (b, n, n)
+    k = _num_prefix(rollout.shape[-1], grid_size)
+    return _to_grid(_patch_rows(rollout, k), grid_size, image_size, normalize, mode)
+
+
+def attention_map(attention, grid_size, image_size=None, normalize=True, mode="bilinear"):
+    """One layer's raw attention from the class token to the patches, per head.
+
+    Args:
+        attention: one layer's weights (b, h, n, n), n = k + gh * gw
+        grid_size, image_size, normalize, mode: as for ``rollout_map``
+    Returns:
+        (b, h, gh, gw), or (b, h, H, W) with image_size
+    """
+    _check_attention(attention)
+    k = _num_prefix(attention.shape[-1], grid_size)
+    return _to_grid(_patch_rows(attention.float(), k), grid_size, image_size, normalize, mode)
+
+
+def patch_centres(grid_size, patch_size):
+    """Pixel coordinates (row, column) of the patch centres, row by row: (gh * gw, 2)."""
+    gh, gw = to_pair(grid_size)
+    ph, pw = to_pair(patch_size)
+    ys, xs = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")  # (gh, gw) each
+    return torch.stack([(ys.flatten() + 0.5) * ph, (xs.flatten() + 0.5) * pw], dim=-1).float()  # (N, 2)
+
+
+def mean_attention_distance(attention, grid_size, patch_size):
+    """Per head, how far in pixels a patch looks on average: the paper's "attention distance".
+
+    For each query patch, the attention-weighted mean of the distances between its centre and
+    every key patch's centre; averaged over the queries and the batch. Prefix (class) tokens are
+    left out on both axes and the remaining weights used as they are (not renormalised), so a
+    head that attends to the class token has a shorter distance.
+
+    Args:
+        attention: weights (b, h, n, n), n = gh * gw or k + gh * gw
+        grid_size: (gh, gw) or int
+        patch_size: P (or (Ph, Pw)): pixels per patch side, the unit of the distance
+    Returns:
+        (h,) mean distance in pixels per head
+    """
+    _check_attention(attention)
+    k = _num_prefix(attention.shape[-1], grid_size)
+    a = attention[:, :, k:, k:].float()  # (b, h, N, N): patches only
+    centres = patch_centres(grid_size, patch_size).to(a.device)  # (N, 2)
+    distance = torch.cdist(centres, centres)  # (N, N) pixels between patch centres
+    per_query = (a * distance).sum(dim=-1)  # (b, h, N): expected distance of each query's gaze
+    return per_query.mean(dim=(0, 2))  # (h,)
+
+
+@torch.no_grad()
+def attention_distances(model, images, batch_size=256):
+    """Mean attention distance of every head in every layer of ``model`` over ``images``.
+
+    The pixel unit is the patch size, times the conv stem's reduction for a hybrid model (one
+    patch of its feature map covers ``reduction * P`` pixels).
+
+    Args:
+        model: a ``ViT``; it is run in eval mode on its own device
+        images: (b, C, H, W), already normalised as the model expects
+        batch_size: images per forward pass (the weights of all layers are kept per pass)
+    Returns:
+        (L, h) tensor on the CPU
+    """
+    if images.ndim != 4 or len(images) == 0:
+        raise ValueError(f"images must be a non-empty batch (b, C, H, W), got shape {tuple(images.shape)}")
+    pixels = model.patch_embed.patch_size * (model.stem.reduction if getattr(model, "stem", None) else 1)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    try:
+        for start in range(0, len(images), batch_size):
+            batch = images[start:start + batch_size].to(device)
+            _, attentions = model(batch, return_attention=True)  # L x (b, h, n, n)
+            per_layer = torch.stack([mean_attention_distance(a, model.grid_size, pixels) for a in attentions])
+            total = total + per_layer.cpu() * len(batch)  # (L, h), weighted so batches average exactly
+    finally:
+        model.train(was_training)
+    return total / len(images)  # (L, h)
+
+
+def position_embedding_similarity(pos_embed, grid_size):
+    """Cosine similarity of every patch's position embedding with every other's, on the patch grid.
+
+    Args:
+        pos_embed: (1, n, D) or (n, D); when n > gh * gw the leading (class-token) rows are dropped
+        grid_size: (gh, gw) or int
+    Returns:
+        (gh, gw, gh, gw): [i, j] is the map of patch (i, j)'s similarity to every patch
+    """
+    if pos_embed.ndim == 3:
+        if pos_embed.shape[0] != 1:
+            raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got shape {tuple(pos_embed.shape)}")
+        pos_embed = pos_embed[0]
+    if pos_embed.ndim != 2:
+        raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got shape {tuple(pos_embed.shape)}")
+    gh, gw = to_pair(grid_size)
+    k = _num_prefix(pos_embed.shape[0], (gh, gw))
+    unit = F.normalize(pos_embed[k:].detach().float(), dim=-1)  # (N, D), unit length
+    similarity = unit @ unit.T  # (N, N) cosine similarities
+    return rearrange(similarity, "(h1 w1) (h2 w2) -> h1 w1 h2 w2", h1=gh, w1=gw, h2=gh, w2=gw)
+
+
+def embedding_filters(weight, patch_size, in_channels, k=28):
+    """The top principal components of the patch-embedding filters, as small images.
+
+    Each of the D rows of the projection is a filter over a flattened P x P x C patch; the
+    principal components of those D filters are the patterns the embedding is most sensitive to
+    (the ViT paper's Figure 7, left). Signs are fixed so each component's largest entry is positive.
+
+    Args:
+        weight: the patch projection's Linear weight (D, P*P*C) in (p1 p2 c) order
+            (a Conv2d weight (D, C, P, P) is accepted too)
+        patch_size: P; in_channels: C
+        k: how many components (at most min(D, P*P*C))
+    Returns:
+        filters (k, P, P, C), explained (k,) share of the variance each explains
+    """
+    weight = weight.detach().float().cpu()
+    if weight.ndim == 4:
+        weight = rearrange(weight, "d c p1 p2 -> d (p1 p2 c)")
+    if weight.ndim != 2 or weight.shape[1] != patch_size * patch_size * in_channels:
+        raise ValueError(f"weight {tuple(weight.shape)} does not match patch_size={patch_size} and "
+                         f"in_channels={in_channels}: expected (D, {patch_size * patch_size * in_channels})")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    k = min(k, *weight.shape)
+    centred = weight - weight.mean(dim=0, keepdim=True)  # (D, P*P*C): PCA over the D filters
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)  # vh (r, P*P*C): components, strongest first
+    explained = s**2 / (s**2).sum().clamp_min(1e-12)  # (r,)
+    components = vh[:k]  # (k, P*P*C)
+    peak = components.gather(1, components.abs().argmax(dim=1, keepdim=True))  # (k, 1)
+    components = components * peak.sign()  # SVD's sign is arbitrary: fix it so figures are reproducible
+    filters = rearrange(components, "k (p1 p2 c) -> k p1 p2 c", p1=patch_size, p2=patch_size)
+    return filters, explained[:k]
