@@ -7,6 +7,15 @@ attention (01-02), blocks (03), patches (04, 09), vit (05), device.
 from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
 from .device import describe, pick_device
+from .interpret import (
+    attention_distances,
+    attention_map,
+    attention_rollout,
+    embedding_filters,
+    mean_attention_distance,
+    position_embedding_similarity,
+    rollout_map,
+)
 from .patches import (
     PatchEmbedding,
     add_class_token_and_position,
@@ -23,6 +32,9 @@ from .vit import CONFIGS, ConvStem, ViT, convert_timm_state_dict, count_paramete
 __version__ = "0.1.0"
 
 __all__ = [
+    # interpret (chapter 08); figures and explorers live in vit_course.plots and vit_course.widgets
+    "attention_distances", "attention_map", "attention_rollout", "embedding_filters", "mean_attention_distance",
+    "position_embedding_similarity", "rollout_map",
     "CONFIGS", "MLP", "ConvStem", "DropPath", "EncoderBlock", "LayerNorm", "LayerScale", "MultiHeadAttention",
     "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
     "convert_timm_state_dict", "count_parameters", "describe", "grid_size", "linear_to_conv_weight",
