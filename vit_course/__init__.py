@@ -6,6 +6,7 @@ attention (01-02), blocks (03), patches (04, 09), vit (05), device.
 
 from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
+from .data import DATASETS, DeviceLoader, data_root, load, loaders, normalize, random_crop_flip, random_translate
 from .device import describe, pick_device
 from .interpret import (
     attention_distances,
@@ -32,6 +33,8 @@ from .vit import CONFIGS, ConvStem, ViT, convert_timm_state_dict, count_paramete
 __version__ = "0.1.0"
 
 __all__ = [
+    # data (chapters 06-07); parsers, download tables and errors live in vit_course.data
+    "DATASETS", "DeviceLoader", "data_root", "load", "loaders", "normalize", "random_crop_flip", "random_translate",
     # interpret (chapter 08); figures and explorers live in vit_course.plots and vit_course.widgets
     "attention_distances", "attention_map", "attention_rollout", "embedding_filters", "mean_attention_distance",
     "position_embedding_similarity", "rollout_map",

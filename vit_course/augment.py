@@ -1,0 +1,165 @@
+"""Batches on the training device: normalisation, batched augmentation and an in-memory loader (chapters 06-07).
+
+Everything here works on whole batches of tensors on any device (CPU, CUDA, MPS), with no per-sample Python
+loop, and every random choice comes from a ``torch.Generator`` so that a seed repeats a run exactly.
+``vit_course.data`` re-exports these names; import them from there.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+
+def _as_channels(values, channels, name, device):
+    """mean or std (a number, a sequence or a tensor of ``channels`` values) -> (1, channels, 1, 1) float32."""
+    values = torch.as_tensor(values, dtype=torch.float32, device=device).flatten()
+    if values.numel() == 1:
+        values = values.expand(channels)
+    if values.numel() != channels:
+        raise ValueError(f"{name} has {values.numel()} values {values.tolist()}, the images have {channels} channels")
+    return values.view(1, channels, 1, 1)
+
+
+def _scale_shift(mean, std, channels, device):
+    """(x/255 - mean)/std = x * scale - shift, with scale = 1/(255 std) and shift = mean/std: (1, C, 1, 1) each."""
+    mean = _as_channels(mean, channels, "mean", device)
+    std = _as_channels(std, channels, "std", device)
+    return 1 / (255 * std), mean / std
+
+
+def normalize(images, mean, std):
+    """uint8 images (b, C, H, W) in 0..255 -> float32 (x/255 - mean) / std, per channel.
+
+    ``mean`` and ``std`` are per-channel values in 0..1 pixel units (e.g. ``DATASETS["cifar10"]["mean"]``).
+    """
+    if images.ndim != 4:
+        raise ValueError(f"expected images of shape (batch, channels, height, width), got {tuple(images.shape)}")
+    scale, shift = _scale_shift(mean, std, images.shape[1], images.device)  # (1, C, 1, 1) each
+    # one multiply and one subtract in place: two passes over the batch instead of four
+    return images.float().mul_(scale).sub_(shift)  # (b, C, H, W) float32
+
+
+def _randint(high, size, generator, device):
+    """Integers uniform in 0..high-1, drawn on the generator's device (it may differ from the images')."""
+    where = generator.device if generator is not None else device
+    return torch.randint(high, size, generator=generator, device=where).to(device)
+
+
+def random_crop_flip(images, padding=4, flip=True, generator=None):
+    """Zero-pad by ``padding``, take a random HxW crop per sample, then flip each sample left-right with p = 1/2.
+
+    images: (b, C, H, W), any dtype and device -> (b, C, H, W), same dtype and device.
+    Crop offsets are uniform in 0..2*padding on each axis, independently per sample; offset (padding, padding)
+    with no flip returns the image unchanged.
+    """
+    if images.ndim != 4:
+        raise ValueError(f"expected images of shape (batch, channels, height, width), got {tuple(images.shape)}")
+    if padding < 0:
+        raise ValueError(f"padding must be >= 0, got {padding}")
+    b, c, h, w = images.shape
+    device = images.device
+    padded = F.pad(images, (padding, padding, padding, padding))  # (b, C, H+2p, W+2p), zeros around
+    dy = _randint(2 * padding + 1, (b,), generator, device)  # (b,) top row of each crop
+    dx = _randint(2 * padding + 1, (b,), generator, device)  # (b,) left column of each crop
+    rows = dy[:, None] + torch.arange(h, device=device)  # (b, H) rows of the padded image to read
+    cols = torch.arange(w, device=device).expand(b, w)  # (b, W)
+    if flip:
+        flipped = _randint(2, (b,), generator, device).bool()  # (b,) one coin per sample
+        # a flipped sample reads its columns right to left: crop and mirror in one index
+        cols = torch.where(flipped[:, None], cols.flip(-1), cols)  # (b, W)
+    cols = dx[:, None] + cols  # (b, W) columns of the padded image to read
+    # one gather on the flattened pixels: output[i, ch, y, x] = padded[i, ch, rows[i, y], cols[i, x]].
+    # (Indexing padded[batch, channel, rows, cols] says the same but runs several times slower on a CPU.)
+    index = rows[:, :, None] * (w + 2 * padding) + cols[:, None, :]  # (b, H, W) flat positions
+    index = rearrange(index, "b h w -> b 1 (h w)").expand(b, c, h * w)  # (b, C, H*W), a view
+    out = rearrange(padded, "b c h w -> b c (h w)").gather(2, index)  # (b, C, H*W)
+    return rearrange(out, "b c (h w) -> b c h w", h=h)  # (b, C, H, W)
+
+
+def random_translate(images, max_shift=2, generator=None):
+    """Shift each image by whole pixels, uniform in [-max_shift, max_shift] per axis, filling with zeros.
+
+    images: (b, C, H, W) -> (b, C, H, W), same dtype and device. The same as a random crop of the
+    zero-padded image without the flip: the MNIST augmentation (a flipped digit is another symbol).
+    """
+    return random_crop_flip(images, padding=max_shift, flip=False, generator=generator)
+
+
+def mnist_augment(images, generator=None):
+    """MNIST's training augmentation: shifts of up to 2 pixels. (b, 1, 28, 28) -> (b, 1, 28, 28)."""
+    return random_translate(images, max_shift=2, generator=generator)
+
+
+def cifar_augment(images, generator=None):
+    """CIFAR-10's training augmentation: crop with padding 4, then flip. (b, 3, 32, 32) -> (b, 3, 32, 32)."""
+    return random_crop_flip(images, padding=4, flip=True, generator=generator)
+
+
+def _make_generator(device, seed):
+    """A generator on ``device`` when the backend has one (so random draws stay there), else on the CPU."""
+    try:
+        return torch.Generator(device=device).manual_seed(seed)
+    except RuntimeError:
+        return torch.Generator().manual_seed(seed)
+
+
+class DeviceLoader:
+    """A whole split held as uint8 on the device, served as normalised (and optionally augmented) batches.
+
+    images (N, C, H, W) uint8, labels (N,) int64 -> iterating yields (x (b, C, H, W) float32, y (b,) int64)
+    on ``device``. ``augment(uint8 batch, generator) -> uint8 batch`` runs on the device before normalising.
+
+    Epochs: each ``iter()`` runs epoch ``self.epoch`` and then advances it by one, so a fresh loader with the
+    same seed repeats the same sequence of epochs. ``set_epoch(n)`` chooses the next epoch (to resume a run).
+    The order of epoch e comes from ``torch.randperm`` with a generator seeded by (seed, e); the augmentation
+    of epoch e from another one seeded the same way, so both repeat exactly.
+    """
+
+    def __init__(self, images, labels, batch_size, *, shuffle=False, augment=None, mean, std, device=None,
+                 drop_last=False, seed=0):
+        from .device import pick_device
+
+        if images.ndim != 4 or images.dtype != torch.uint8:
+            raise ValueError(f"images must be uint8 (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
+        if labels.shape != images.shape[:1]:
+            raise ValueError(f"{images.shape[0]} images but labels of shape {tuple(labels.shape)}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = pick_device(device)
+        self.images = images.to(self.device)  # (N, C, H, W) uint8: 4x smaller than float32
+        self.labels = labels.to(self.device, torch.int64)  # (N,)
+        self.batch_size, self.shuffle, self.augment = batch_size, shuffle, augment
+        self.drop_last, self.seed, self.epoch = drop_last, seed, 0
+        self.mean, self.std = mean, std
+        self._scale, self._shift = _scale_shift(mean, std, images.shape[1], self.device)  # (1, C, 1, 1) each
+
+    def __len__(self):
+        n = len(self.labels)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def set_epoch(self, epoch):
+        """The epoch the next ``iter()`` runs (its order and augmentation); e.g. after loading a checkpoint."""
+        self.epoch = epoch
+
+    def _seed(self, epoch, stream):
+        # distinct, fixed seeds for each (seed, epoch, stream): no global RNG state is read or changed
+        return (self.seed * 1_000_003 + epoch) * 2 + stream
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        n = len(self.labels)
+        if self.shuffle:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self._seed(epoch, 0)))
+            order = order.to(self.device)  # (N,) one permutation per epoch, the same on every device
+        else:
+            order = torch.arange(n, device=self.device)  # (N,)
+        generator = _make_generator(self.device, self._seed(epoch, 1)) if self.augment is not None else None
+        for i in range(len(self)):
+            index = order[i * self.batch_size:(i + 1) * self.batch_size]  # (b,)
+            x = self.images.index_select(0, index)  # (b, C, H, W) uint8; 10x faster than images[index] on a CPU
+            if self.augment is not None:
+                x = self.augment(x, generator)  # (b, C, H, W) uint8, on the device
+            x = x.float().mul_(self._scale).sub_(self._shift)  # (b, C, H, W) float32, as normalize()
+            yield x, self.labels.index_select(0, index)  # (b,)

@@ -1,0 +1,299 @@
+"""MNIST and CIFAR-10 from disk or their official sources (chapters 06-07), as uint8 tensors.
+
+Files sit under a root (``data_root``) in the layouts the official releases unpack to::
+
+    ROOT/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
+    ROOT/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin     (the binary version: no pickle is loaded)
+
+Missing files are downloaded from ``MIRRORS``, checked against the published MD5s in ``MD5``, written
+atomically and extracted safely. Local files are checked by their structure (headers, sizes, counts), not by
+checksum, so re-compressed copies load too. The batching half (normalisation, augmentation, ``DeviceLoader``)
+lives in ``vit_course.augment`` and is re-exported here.
+"""
+
+import gzip
+import hashlib
+import os
+import tarfile
+import tempfile
+import urllib.request
+import zlib
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+import torch
+
+from .augment import DeviceLoader, cifar_augment, mnist_augment, normalize, random_crop_flip, random_translate
+
+# Where the files come from, tried in order; tests point these at a loopback server.
+MIRRORS = {
+    "mnist": ["https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"],
+    "cifar10": ["https://www.cs.toronto.edu/~kriz/"],
+}
+# MD5 of each downloaded file as published (torchvision's dataset sources and the CIFAR page list the same).
+MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+    "cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530",
+}
+CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_RECORDS = "cifar-10-binary.tar.gz", "cifar-10-batches-bin", 10_000
+CIFAR_FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
+MNIST_FILES = {split: [f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"]
+               for split, prefix in [("train", "train"), ("test", "t10k")]}
+
+
+# mean and std: per channel in 0..1 pixel units, computed once from the train split of the copies in
+# .data (MNIST: identical to the official files; CIFAR-10: the JPEG-decoded copy, whose means match the
+# official set and whose stds sit 0.001-0.002 below the official 0.2470, 0.2435, 0.2616).
+DATASETS = {
+    "mnist": {
+        "classes": [str(d) for d in range(10)],
+        "shape": (1, 28, 28),
+        "sizes": {"train": 60_000, "test": 10_000},
+        "mean": (0.1307,),
+        "std": (0.3081,),
+        "augment": mnist_augment,
+    },
+    "cifar10": {
+        "classes": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
+        "shape": (3, 32, 32),
+        "sizes": {"train": 50_000, "test": 10_000},
+        "mean": (0.4913, 0.4821, 0.4465),
+        "std": (0.2452, 0.2428, 0.2606),
+        "augment": cifar_augment,
+    },
+}
+SPLITS = ("train", "test")
+
+
+class DatasetNotFound(FileNotFoundError):
+    """The files of a dataset are not on disk and could not be downloaded."""
+
+
+class DatasetCorrupt(ValueError):
+    """A file on disk or a download is not what it should be (structure or checksum)."""
+
+
+def data_root(root=None):
+    """The folder holding the datasets: ``root``, else ``$VIT_COURSE_DATA``, else a per-user cache folder."""
+    if root is not None:
+        return Path(root).expanduser()
+    if os.environ.get("VIT_COURSE_DATA"):
+        return Path(os.environ["VIT_COURSE_DATA"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache).expanduser() / "vit_course"
+
+
+def _expected_files(name, split):
+    """Paths relative to the root that one split needs."""
+    if name == "mnist":
+        return [f"mnist/{f}" for f in MNIST_FILES[split]]
+    return [f"{CIFAR_DIR}/{f}" for f in CIFAR_FILES[split]]
+
+
+def _check(name, split):
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}: choose one of {sorted(DATASETS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}: choose one of {list(SPLITS)}")
+
+
+def load(name, split="train", root=None, download=True):
+    """One split of a dataset as uint8 images (N, C, H, W) and int64 labels (N,), downloading what is missing.
+
+    name: "mnist" -> (N, 1, 28, 28), or "cifar10" -> (N, 3, 32, 32); split: "train" or "test".
+    Raises DatasetNotFound when the files are missing and cannot be downloaded, DatasetCorrupt when a file
+    is damaged (the message names it and what is wrong).
+    """
+    _check(name, split)
+    root = data_root(root)
+    missing = [f for f in _expected_files(name, split) if not (root / f).is_file()]
+    if missing:
+        _fetch(name, split, root, missing, download)
+    count = DATASETS[name]["sizes"][split]
+    files = [root / f for f in _expected_files(name, split)]
+    if name == "mnist":
+        return read_mnist(*files, count=count)
+    parts = [read_cifar(f, CIFAR_RECORDS) for f in files]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])  # (N, 3, 32, 32), (N,)
+
+
+def read_mnist(images_file, labels_file, count=None):
+    """Two gzipped IDX files -> images uint8 (N, 1, 28, 28), labels int64 (N,).
+
+    Checks that the images are 28x28, that there are as many labels as images, and ``count`` of each if given.
+    """
+    images, labels = read_idx(images_file), read_idx(labels_file)
+    if images.ndim != 3 or images.shape[1:] != (28, 28):
+        raise DatasetCorrupt(f"{images_file}: expected images of shape (N, 28, 28), found {tuple(images.shape)}")
+    if labels.ndim != 1:
+        raise DatasetCorrupt(f"{labels_file}: expected a labels file, found shape {tuple(labels.shape)}")
+    if len(labels) != len(images):
+        raise DatasetCorrupt(f"{labels_file} has {len(labels):,} labels but {images_file} has {len(images):,} images")
+    if count is not None and len(images) != count:
+        raise DatasetCorrupt(f"{images_file}: expected {count:,} images, found {len(images):,}")
+    if len(labels) and labels.max() > 9:
+        raise DatasetCorrupt(f"{labels_file}: labels must be 0..9, found {int(labels.max())}")
+    return images[:, None], labels.long()  # (N, 1, 28, 28) uint8, (N,) int64
+
+
+def read_idx(path):
+    """A gzipped IDX file of unsigned bytes -> uint8 tensor of the shape its header gives.
+
+    Checks the magic number (2051 images with 3 dims, 2049 labels with 1 dim) and that the decompressed size
+    is exactly header + product of dims.
+    """
+    path = Path(path)
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # not gzip, truncated stream, bad CRC
+        raise DatasetCorrupt(f"{path}: cannot be decompressed ({error})") from error
+    magic = int.from_bytes(data[:4], "big")
+    ndim = {2051: 3, 2049: 1}.get(magic)
+    if ndim is None:
+        raise DatasetCorrupt(f"{path}: IDX magic number {magic}, expected 2051 (images) or 2049 (labels)")
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DatasetCorrupt(f"{path}: expected a {header}-byte IDX header, found {len(data)} bytes")
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    expected = header + int(np.prod(dims))
+    if len(data) != expected:
+        raise DatasetCorrupt(f"{path}: expected {expected:,} bytes (a {header}-byte header and dims {dims}) "
+                             f"after decompression, found {len(data):,}")
+    return torch.from_numpy(np.frombuffer(data, np.uint8, offset=header).reshape(dims).copy())
+
+
+def read_cifar(path, records=CIFAR_RECORDS):
+    """A CIFAR-10 binary batch -> images uint8 (records, 3, 32, 32), labels int64 (records,).
+
+    Each record is one label byte then 3,072 pixel bytes: the red, green, blue 32x32 planes, row by row.
+    """
+    path = Path(path)
+    size, record = path.stat().st_size, 1 + 3 * 32 * 32
+    if size != records * record:
+        hint = "" if size % record == 0 else f", not a multiple of {record:,}: truncated or not a CIFAR-10 batch"
+        raise DatasetCorrupt(f"{path}: expected {records * record:,} bytes ({records:,} records of {record:,}), "
+                             f"found {size:,}{hint}")
+    data = np.fromfile(path, np.uint8).reshape(records, record)  # (records, 3073)
+    labels = data[:, 0].astype(np.int64)  # (records,)
+    if labels.max(initial=0) > 9:
+        raise DatasetCorrupt(f"{path}: labels must be 0..9, found {int(labels.max())}")
+    images = data[:, 1:].reshape(records, 3, 32, 32)  # (records, 3, 32, 32): planes are already channel-first
+    return torch.from_numpy(images.copy()), torch.from_numpy(labels)
+
+
+def _fetch(name, split, root, missing, download):
+    """Download what ``load`` misses, or raise DatasetNotFound saying how to provide the files."""
+    problems = ["download=False"]
+    if download and name == "mnist":
+        for rel in missing:
+            problems = _download(rel.split("/")[-1], MIRRORS["mnist"], root / "mnist")
+            if problems:
+                break
+    elif download:
+        archive = root / CIFAR_ARCHIVE  # only ever given this name once its MD5 matched
+        problems = [] if archive.is_file() else _download(CIFAR_ARCHIVE, MIRRORS["cifar10"], root)
+        if not problems:
+            extract_cifar(archive, root)
+            archive.unlink()  # 170 MB that the extracted batches make redundant
+    if problems:
+        raise DatasetNotFound(
+            f"{name} ({split} split) is not in {root}: expected {', '.join(missing)} there, and the download "
+            f"failed ({'; '.join(problems)}). To provide the files, copy the official ones into {root} in that "
+            f"layout, or set VIT_COURSE_DATA to a folder that holds them.")
+
+
+def _download(filename, mirrors, folder, timeout=60):
+    """Fetch ``filename`` from the first mirror that serves it into ``folder``; returns the problems met.
+
+    The bytes go to a ``.partial`` file whose MD5 is checked before ``os.replace`` gives it its final name.
+    An unreachable mirror, or one serving other bytes, moves on to the next; when none served the right
+    bytes and one served wrong ones, DatasetCorrupt names the file, the expected and the actual MD5.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    problems, mismatch = [], None
+    for mirror in mirrors:
+        url = mirror + filename
+        fd, partial = tempfile.mkstemp(dir=folder, prefix=f"{filename}.", suffix=".partial")
+        try:
+            md5 = hashlib.md5()
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                while chunk := response.read(1 << 20):
+                    md5.update(chunk)
+                    out.write(chunk)
+            if md5.hexdigest() == MD5[filename]:
+                os.replace(partial, folder / filename)
+                return []
+            mismatch = DatasetCorrupt(f"checksum mismatch for {filename} from {url}: expected MD5 {MD5[filename]}, "
+                                      f"got {md5.hexdigest()}; the download was deleted")
+            problems.append(str(mismatch))
+        except OSError as error:  # urllib's URLError and HTTPError, timeouts, a full disk
+            problems.append(f"{url}: {getattr(error, 'reason', None) or error}")
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+    if mismatch is not None:
+        raise mismatch
+    return problems
+
+
+def extract_cifar(archive, root):
+    """Extract the CIFAR-10 batches from the official tar into ``root/cifar-10-batches-bin``, safely.
+
+    Only regular files named ``cifar-10-batches-bin/<expected name>`` are written (each atomically); a member
+    whose path leaves the folder, is absolute, or is a link is refused with DatasetCorrupt; others are skipped.
+    """
+    wanted = {*CIFAR_FILES["train"], *CIFAR_FILES["test"], "batches.meta.txt"}
+    target = Path(root) / CIFAR_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    written = set()
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar:
+                path = PurePosixPath(member.name)
+                if path.is_absolute() or ".." in path.parts or member.issym() or member.islnk():
+                    raise DatasetCorrupt(f"{archive}: refusing member {member.name!r} (absolute, '..' or a link)")
+                if not (member.isfile() and len(path.parts) == 2 and path.parts[0] == CIFAR_DIR
+                        and path.name in wanted):
+                    continue  # the directory entry, readme.html
+                fd, partial = tempfile.mkstemp(dir=target, prefix=f"{path.name}.", suffix=".partial")
+                try:
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(tar.extractfile(member).read())
+                    os.replace(partial, target / path.name)
+                    written.add(path.name)
+                finally:
+                    if os.path.exists(partial):
+                        os.remove(partial)
+    except (tarfile.TarError, EOFError, zlib.error) as error:
+        raise DatasetCorrupt(f"{archive}: not a readable tar.gz ({error})") from error
+    if lacking := sorted(wanted - written - {"batches.meta.txt"}):
+        raise DatasetCorrupt(f"{archive}: lacks {CIFAR_DIR}/{{{', '.join(lacking)}}}")
+
+
+def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
+    """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
+
+    The train loader shuffles, augments (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2
+    pixels) and drops the last incomplete batch so every step has the same shape; the test loader keeps
+    the order and every sample.
+    """
+    _check(name, "train")
+    meta = DATASETS[name]
+    train_images, train_labels = load(name, "train", root)
+    test_images, test_labels = load(name, "test", root)
+    common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
+    train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,
+                         augment=meta["augment"] if augment else None, **common)
+    test = DeviceLoader(test_images, test_labels, batch_size, **common)
+    return train, test
+
+
+__all__ = [
+    "DATASETS", "MD5", "MIRRORS", "DatasetCorrupt", "DatasetNotFound", "DeviceLoader", "cifar_augment", "data_root",
+    "extract_cifar", "load", "loaders", "mnist_augment", "normalize", "random_crop_flip", "random_translate",
+    "read_cifar", "read_idx", "read_mnist",
+]
