@@ -1,0 +1,250 @@
+"""What every check shares: ``CheckFailed``, running learner code safely, comparing its outputs.
+
+A check is a function decorated with ``@check("name")`` whose body gets a ``Checker`` and the
+learner's function or class. Everything the learner wrote runs through ``Checker.call``, so an
+exception, a wrong type, a NaN or a changed input becomes a ``CheckFailed`` that says what was
+tried, what was expected and, when the output matches a known mistake, the likely cause.
+"""
+
+import functools
+import inspect
+import math
+import numbers
+import os
+import traceback
+
+import torch
+from torch import nn
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+class CheckFailed(AssertionError):
+    """An exercise check found a problem; the message says what was tried, expected, and the likely cause."""
+
+    def _render_traceback_(self):
+        # IPython (Jupyter, nbclient, nbval) calls this instead of printing a traceback: the learner
+        # sees the message alone. Plain Python ignores it and prints the usual traceback.
+        return [f"\x1b[0;31mCheckFailed\x1b[0m: {self}"]
+
+
+def describe(x):
+    """A short description of a value for messages: tensors by shape and dtype, the rest by repr."""
+    if torch.is_tensor(x):
+        kind = "bool " if x.dtype == torch.bool else "" if x.dtype == torch.float32 else f"{x.dtype} "
+        return f"{kind}tensor{tuple(x.shape)}"
+    if isinstance(x, (list, tuple)) and len(x) and all(torch.is_tensor(t) for t in x):
+        return f"{type(x).__name__} of {len(x)} tensors {tuple(x[0].shape)}"
+    if isinstance(x, nn.Module):
+        return type(x).__name__
+    text = repr(x)
+    return text if len(text) < 40 else text[:37] + "..."
+
+
+def _snapshot(x):
+    if torch.is_tensor(x):
+        return x.detach().clone()
+    if isinstance(x, (list, tuple)):
+        return [_snapshot(t) for t in x]
+    return None
+
+
+def _changed(before, after):
+    if torch.is_tensor(after):
+        return before is not None and (before.shape != after.shape or not torch.equal(before, after.detach()))
+    if isinstance(after, (list, tuple)) and isinstance(before, list):
+        return len(before) != len(after) or any(_changed(b, a) for b, a in zip(before, after, strict=False))
+    return False
+
+
+def _where(error):
+    """' at line N: code' for the innermost frame of learner code (not torch, not the checks)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith((_HERE, _TORCH)) and "site-packages" not in f.filename]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"\n  at line {frame.lineno}: {frame.line.strip()}" if frame.line else f"\n  at line {frame.lineno}"
+
+
+class Checker:
+    """The state of one check run: its name, the tests passed so far and the call being tested."""
+
+    def __init__(self, name):
+        self.name, self.tests, self.tried = name, 0, None
+
+    def fail(self, message, hint=None):
+        text = f"{self.name}: {message}"
+        if self.tried and "\n  tried:" not in text:
+            text += f"\n  tried: {self.tried}"
+        if hint:
+            text += f"\n  likely cause: {hint}"
+        error = CheckFailed(text)
+        error.__suppress_context__ = True  # no "during handling of ..." noise
+        raise error
+
+    def ok(self, condition, message, hint=None):
+        """One property test: fail with ``message`` (and ``hint``) unless ``condition``."""
+        if not condition:
+            self.fail(message, hint)
+        self.tests += 1
+
+    def call(self, fn, *args, label=None, **kwargs):
+        """Run learner code; exceptions, NotImplementedError and in-place changes become CheckFailed."""
+        name = label or getattr(fn, "__name__", type(fn).__name__)
+        name = self.name if name == "<lambda>" else name
+        shown = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
+        self.tried = f"{name}({', '.join(shown)})"
+        try:
+            names = list(inspect.signature(fn).bind(*args, **kwargs).arguments)
+        except (TypeError, ValueError):
+            names = [f"argument {i + 1}" for i in range(len(args))] + list(kwargs)
+        values = list(args) + list(kwargs.values())
+        before = [_snapshot(v) for v in values]
+        try:
+            out = fn(*args, **kwargs)
+        except CheckFailed:
+            raise
+        except NotImplementedError as error:
+            raise not_done(self.name, error) from None
+        except Exception as error:
+            message = f"your code raised {type(error).__name__}: {error}".rstrip(": ")
+            self.fail(message + _where(error))
+        for arg, old, new in zip(names, before, values, strict=False):
+            if _changed(old, new):
+                self.fail(f"your code changed its input `{arg}` in place; it must leave its inputs as they were",
+                          "an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`)"
+                          ": use the out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
+        return out
+
+    def build(self, cls, *args, **kwargs):
+        """Instantiate the learner's class with the contract's constructor, in eval mode."""
+        if not isinstance(cls, type):
+            self.fail(f"expected your class {self.name} itself (not an instance or a function), got {describe(cls)}")
+        module = self.call(cls, *args, **kwargs)
+        if not isinstance(module, nn.Module):
+            self.fail(f"{cls.__name__}(...) should be an nn.Module", "subclass nn.Module: `class X(nn.Module):`")
+        return module.eval()
+
+    def load(self, module, reference, hints=()):
+        """Copy the reference's weights into the learner's module; names must be the contract's (timm's).
+
+        A Conv2d patch projection (D, C, P, P) is accepted in place of the Linear one (D, P*P*C).
+        ``hints``: (substring of a parameter name, hint) pairs explaining a missing or extra name.
+        """
+        state, theirs = reference.state_dict(), module.state_dict()
+        missing, extra = [k for k in state if k not in theirs], [k for k in theirs if k not in state]
+        if missing or extra:
+            hint = next((h for key, h in hints if any(key in k for k in missing + extra)), None)
+            self.fail(f"the parameter names differ from the course's (timm's) names: "
+                      f"missing {missing[:6]}, unexpected {extra[:6]}", hint or
+                      "name the layers as the exercise does, so weights can be copied in and compared")
+        for key, value in state.items():
+            shape = tuple(theirs[key].shape)
+            if shape == tuple(value.shape):
+                continue
+            if len(shape) == 4 and value.ndim == 2 and shape[0] == value.shape[0] and math.prod(shape) == value.numel():
+                state[key] = value.reshape(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)  # (D, C, P, P)
+                continue
+            self.fail(f"parameter `{key}` has shape {shape}, expected {tuple(value.shape)}")
+        module.load_state_dict(state)
+        self.tests += 1
+        return module
+
+    def tensor(self, x, what, shape=None, dtype=None, shape_hints=()):
+        """Fail unless x is a finite tensor of the given shape and dtype. shape_hints: (shape, hint) pairs."""
+        if isinstance(x, tuple) and len(x) and torch.is_tensor(x[0]) and shape is not None:
+            self.fail(f"{what} should be a tensor of shape {tuple(shape)}, got a tuple of {len(x)}: "
+                      f"({', '.join(describe(t) for t in x)})")
+        if not torch.is_tensor(x):
+            self.fail(f"{what} should be a torch.Tensor, got {describe(x)}")
+        if shape is not None and tuple(x.shape) != tuple(shape):
+            hint = next((h for s, h in shape_hints if tuple(s) == tuple(x.shape)), None)
+            self.fail(f"{what} has shape {tuple(x.shape)}, expected {tuple(shape)}", hint)
+        if dtype is not None and x.dtype != dtype:
+            self.fail(f"{what} has dtype {x.dtype}, expected {dtype}")
+        if x.is_floating_point() and not torch.isfinite(x).all():
+            bad = "NaN" if torch.isnan(x).any() else "inf"
+            self.fail(f"{what} contains {bad}", "a division by zero, a sqrt or log of a negative number, or a row "
+                      "whose every score is -inf (fully masked)" if bad == "NaN" else None)
+        return x
+
+    def close(self, got, expected, what, hints=(), atol=1e-5, rtol=1e-4, shape_hints=()):
+        """Fail unless ``got`` matches the reference output; ``hints``: (hint, thunk giving a wrong output)."""
+        got = self.tensor(got, what, expected.shape, expected.dtype, shape_hints)
+        got = got.detach().to(expected.device)
+        if torch.allclose(got, expected, atol=atol, rtol=rtol):
+            self.tests += 1
+            return
+        for hint, wrong in hints:  # noqa: B007  (the matching hint is used after the loop)
+            try:
+                alt = wrong()
+                if alt.shape == got.shape and torch.allclose(got, alt.to(got.dtype), atol=atol, rtol=rtol):
+                    break
+            except Exception:  # a diagnosis that does not apply to these inputs
+                continue
+        else:
+            hint = None
+        diff = (got - expected).abs().float()
+        index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.ndim else ()
+        self.fail(f"wrong {what}: largest difference {diff.max().item():.3g} at index {index} "
+                  f"(yours {got[index].item():.4g}, expected {expected[index].item():.4g})", hint)
+
+    def number(self, x, what):
+        """A real Python/numpy number (not a tensor), as float."""
+        if torch.is_tensor(x):
+            self.fail(f"{what} should be a Python number, got {describe(x)}",
+                      "return a plain number: `.item()` turns a one-element tensor into one")
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            self.fail(f"{what} should be a number, got {describe(x)}")
+        if not math.isfinite(float(x)):
+            self.fail(f"{what} is {x}")
+        return float(x)
+
+
+def not_done(name, error):
+    """The friendly CheckFailed for an exercise still raising NotImplementedError."""
+    which = str(error.args[0]) if error.args and isinstance(error.args[0], str) and error.args[0] else name
+    needs = f" ({name} uses it)" if which != name and which.isidentifier() else ""
+    which = which if which.isidentifier() else name
+    return CheckFailed(f"not done yet: {which}{needs}. Replace `raise NotImplementedError` in the {which} cell "
+                       f"with your code, run that cell, then run this check again.")
+
+
+def randomize_norms(module, generator):
+    """Give every LayerNorm a random scale and shift, so a shared or missing norm cannot pass."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if "LayerNorm" in type(sub).__name__ and getattr(sub, "weight", None) is not None:
+                sub.weight.copy_(torch.rand(sub.weight.shape, generator=generator) + 0.5)
+                sub.bias.copy_(torch.randn(sub.bias.shape, generator=generator) * 0.5)
+    return module
+
+
+def check(name):
+    """Decorate ``body(checker, learner)`` into the check ``name(learner)``.
+
+    Passing prints one line and returns None; failing raises CheckFailed. The global RNG is left as
+    it was, so a check cell never changes the numbers of the cells after it.
+    """
+    def decorate(body):
+        @functools.wraps(body)
+        def run(learner):
+            checker = Checker(name)
+            if learner is None or not callable(learner):
+                checker.fail(f"expected your {name} (a function or class), got {describe(learner)}")
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(0)
+                    body(checker, learner)
+            except CheckFailed:
+                raise
+            except NotImplementedError as error:  # raised outside Checker.call, e.g. in a property
+                raise not_done(name, error) from None
+            except Exception as error:  # learner output the check could not even inspect
+                checker.fail(f"could not check your output: {type(error).__name__}: {error}{_where(error)}")
+            print(f"✔ {name}: passed {checker.tests} tests")
+        run.__doc__ = f"Check your ``{name}``. " + (body.__doc__ or "")
+        return run
+    return decorate
