@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[dev]"
+	# timm is a test-only reference (tests/test_timm.py, benchmarks/): --no-deps keeps torchvision out
+	$(PY) -m pip install --quiet --no-deps "timm==1.0.31"
 	touch $@
 
 test: setup
