@@ -25,5 +25,9 @@ test: setup
 lint: setup
 	$(PY) -m ruff check .
 
+# Offline, without executing notebooks, warnings as errors; prints where the book is (book/_build/html).
+book: setup
+	$(PY) book/build.py
+
 clean:
 	rm -rf book/_build .pytest_cache

@@ -1,0 +1,174 @@
+"""The Jupyter Book: all nine chapters, offline assets and MathJax, Colab links, folded solutions, results table.
+
+One real build of book/ into a temporary folder (shared by the tests below), one build of a scratch copy
+that must fail, and unit tests of the build's helpers. Marked `book`: `pytest -m "not book"` skips it.
+"""
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+sys.path.insert(0, str(BOOK / "_ext"))
+_spec = importlib.util.spec_from_file_location("book_build", BOOK / "build.py")
+book_build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(book_build)
+
+from course_chapters import COLAB_LINK, fold_solutions  # noqa: E402
+from course_results import format_seconds, read_metrics, results_rows  # noqa: E402
+
+pytestmark = pytest.mark.book
+CHAPTERS = book_build.CHAPTERS
+
+
+# ---- helpers, no build -------------------------------------------------------------------------------------
+
+def test_toc_lists_the_nine_chapters_in_order():
+    toc = (BOOK / "_toc.yml").read_text()
+    assert re.findall(r"file:\s*chapters/(\S+)", toc) == list(CHAPTERS)
+
+
+def test_fold_solutions_tags_exercise_cells_only():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell("checks.f(f)"),
+        nbformat.v4.new_markdown_cell("Write `### BEGIN SOLUTION` in a code cell"),
+        nbformat.v4.new_code_cell(["x = 1\n", "### BEGIN SOLUTION\n"], metadata={"tags": ["remove-input"]}),
+    ])
+    nb = json.loads(nbformat.writes(nb))
+    assert fold_solutions(nb) == 2
+    tags = [c["metadata"].get("tags", []) for c in nb["cells"]]
+    assert tags == [["hide-input"], [], [], ["remove-input"]]  # an author's own hiding tag is kept
+    assert nb["cells"][0]["metadata"]["mystnb"]["code_prompt_show"] == "Show solution"
+    assert fold_solutions(nb) == 2 and nb["cells"][0]["metadata"]["tags"] == ["hide-input"]  # idempotent
+
+
+def test_external_fetches_finds_remote_assets_but_not_links():
+    html = """<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"></script>
+    <link rel="stylesheet" href="//fonts.googleapis.com/css?family=Lato"><img src='http://x.org/a.png'>
+    <a href="https://arxiv.org/abs/2010.11929">paper</a><script src="_static/mathjax/tex-chtml.js"></script>
+    <link rel="next" href="02.html"><script>var icons = {"src": "https://example.com/icon.svg"};</script>
+    <style>@font-face { src: url(../fonts/a.woff2) }</style>"""
+    assert book_build.external_fetches(html) == [
+        "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js", "//fonts.googleapis.com/css?family=Lato",
+        "http://x.org/a.png"]
+    css = "@import 'https://fonts.googleapis.com/css2'; a { background: url(data:image/svg+xml,x) }" \
+          " b { src: url('https://x.org/f.woff') }"
+    assert book_build.external_fetches(css, css=True) == ["https://fonts.googleapis.com/css2", "https://x.org/f.woff"]
+
+
+def test_results_rows_from_metrics_and_missing_runs(tmp_path):
+    (tmp_path / "mnist").mkdir()
+    metrics = {"test_accuracy": 0.9912, "train_seconds": 251.6, "epochs": 12, "params": 210_442, "device": "cpu"}
+    (tmp_path / "mnist" / "metrics.json").write_text(json.dumps(metrics))
+    mnist, cifar = results_rows(tmp_path)
+    assert mnist == ["MNIST", "99.12 %", "4 min 12 s", "12", "210 k", "cpu", "python -m vit_course train mnist"]
+    assert cifar[:2] == ["CIFAR-10", "not yet trained"] and cifar[-1] == "python -m vit_course train cifar10"
+    assert format_seconds(3725) == "1 h 2 min" and format_seconds(48.4) == "48 s"
+
+
+@pytest.mark.parametrize("bad", [{"test_accuracy": 99.1, "train_seconds": 3}, {"test_accuracy": 0.9},
+                                 {"test_accuracy": "0.9", "train_seconds": 3}, [0.9]])
+def test_read_metrics_rejects_bad_files(tmp_path, bad):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="metrics.json"):
+        read_metrics(path)
+
+
+# ---- the real book -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def html(tmp_path_factory):
+    """book/ built into a temporary folder exactly as `make book` does (warnings as errors, offline check)."""
+    missing = book_build.missing_chapters()
+    assert not missing, f"chapters not written yet (solutions/): {missing}"
+    return book_build.build(tmp_path_factory.mktemp("book"))
+
+
+def chapter_pages(html):
+    return {name: (html / "chapters" / f"{name}.html").read_text() for name in CHAPTERS}
+
+
+def test_every_chapter_is_built_and_in_the_navigation(html):
+    index = (html / "index.html").read_text()
+    for name in CHAPTERS:
+        assert (html / "chapters" / f"{name}.html").is_file(), name
+        assert f'href="chapters/{name}.html"' in index, f"{name} missing from the navigation"
+    for page in ("results", "glossary", "references"):
+        assert f'href="{page}.html"' in index
+
+
+def test_no_asset_comes_from_outside(html):
+    assert book_build.external_assets(html) == []
+    pages = list(html.rglob("*.html"))
+    assert len(pages) >= len(CHAPTERS) + 4
+    for page in pages:
+        assert not re.search(r"""<(?:script|img|iframe)\b[^>]*\bsrc=["']?(?:https?:)?//""", page.read_text()), page
+
+
+def test_mathjax_is_served_from_the_book(html):
+    chtml = html / "_static" / "mathjax" / "tex-chtml.js"
+    assert chtml.is_file() and 'VERSION="3.' in (html / "_static" / "mathjax" / "startup.js").read_text()
+    assert list((html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    assert (html / "_static" / "mathjax" / "input" / "tex" / "extensions" / "boldsymbol.js").is_file()
+    with_math = [p for p in html.rglob("*.html") if 'class="math' in p.read_text()]
+    assert len(with_math) >= 2  # the glossary and at least one chapter have equations
+    for page in with_math:
+        text = page.read_text()
+        scripts = re.findall(r"""<script[^>]*src=["']([^"']*mathjax[^"']*)""", text)
+        assert scripts, f"{page.name} has math but loads no MathJax"
+        for src in scripts:
+            assert (page.parent / src.split("?")[0]).resolve() == chtml.resolve(), (page.name, src)
+
+
+def test_each_chapter_links_to_colab_for_its_student_notebook(html):
+    for name, text in chapter_pages(html).items():
+        targets = {m["path"] for m in COLAB_LINK.finditer(text)}
+        assert targets == {f"notebooks/{name}.ipynb"}, (name, targets)
+        assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), name
+        assert "colab-badge.svg" in text and "colab.research.google.com/assets" not in text, name
+
+
+def test_solutions_are_folded_with_outputs_visible(html):
+    for name, text in chapter_pages(html).items():
+        nb = nbformat.read(BOOK / "chapters" / f"{name}.ipynb", as_version=4)
+        exercises = [c for c in nb.cells if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source]
+        folded = re.findall(r'<div class="cell tag_hide-input[^"]*">\s*<details class="[^"]*hide above-input', text)
+        assert len(folded) == len(exercises), (name, len(folded), len(exercises))
+        assert text.count("Show solution") == len(exercises), name
+        assert "hide below-input" not in text, f"{name}: an output is folded"
+
+
+def test_results_table_is_generated_from_the_metrics(html):
+    text = (html / "results.html").read_text()
+    for row in results_rows(ROOT / "vit_course" / "checkpoints"):
+        cells = re.search(rf"<tr[^>]*>\s*<td[^>]*><p>{re.escape(row[0])}</p></td>(.*?)</tr>", text, re.S)
+        assert cells, f"no row for {row[0]}"
+        tds = re.findall(r"<td.*?</td>", cells.group(1), re.S)
+        plain = [" ".join(re.sub(r"<[^>]+>", " ", td).split()) for td in tds]  # cell texts, tags dropped
+        assert plain == row[1:], (row, plain)
+
+
+def test_a_notebook_left_out_of_the_toc_or_a_broken_reference_fails_the_build(tmp_path):
+    book = tmp_path / "book"
+    shutil.copytree(BOOK, book, symlinks=False, ignore=shutil.ignore_patterns("_build", "chapters"))
+    (book / "chapters").mkdir()
+    for name in (*CHAPTERS, "10_not_in_the_toc"):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+            f"[colab](https://colab.research.google.com/github/o/r/blob/main/notebooks/{name}.ipynb)\n# {name}")])
+        nbformat.write(nb, book / "chapters" / f"{name}.ipynb")
+    (book / "glossary.md").write_text("# Glossary\n\nSee {ref}`a-label-that-does-not-exist`.\n")
+    run = subprocess.run([sys.executable, str(book / "build.py")], capture_output=True, text=True, timeout=300)
+    log = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "10_not_in_the_toc" in log and "toctree" in log
+    assert "a-label-that-does-not-exist" in log
