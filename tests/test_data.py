@@ -70,6 +70,9 @@ def test_read_idx_errors_name_the_file_and_the_problem(tmp_path):
     truncated = write_gz(tmp_path / "truncated.gz", good[:1000])
     with pytest.raises(DatasetCorrupt, match=r"truncated\.gz: expected 2,368 bytes .* found 1,000"):
         data.read_idx(truncated)
+    too_long = write_gz(tmp_path / "long.gz", good + b"\0")
+    with pytest.raises(DatasetCorrupt, match=r"long\.gz: expected 2,368 bytes .* found 2,369"):
+        data.read_idx(too_long)
     wrong_magic = write_gz(tmp_path / "magic.gz", idx_bytes(np.zeros((3, 28, 28), np.uint8), magic=2052))
     with pytest.raises(DatasetCorrupt, match=r"magic\.gz: IDX magic number 2052"):
         data.read_idx(wrong_magic)

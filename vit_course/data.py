@@ -25,7 +25,8 @@ import torch
 
 from .augment import DeviceLoader, cifar_augment, mnist_augment, normalize, random_crop_flip, random_translate
 
-# Where the files come from, tried in order; tests point these at a loopback server.
+# Where the files come from, tried in order (the S3 mirror first: the classic address often refuses
+# scripted downloads); tests point these at a loopback server.
 MIRRORS = {
     "mnist": ["https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"],
     "cifar10": ["https://www.cs.toronto.edu/~kriz/"],
@@ -200,10 +201,11 @@ def _fetch(name, split, root, missing, download):
             extract_cifar(archive, root)
             archive.unlink()  # 170 MB that the extracted batches make redundant
     if problems:
+        why = f"the download failed ({'; '.join(problems)})" if download else "downloading is off (download=False)"
         raise DatasetNotFound(
-            f"{name} ({split} split) is not in {root}: expected {', '.join(missing)} there, and the download "
-            f"failed ({'; '.join(problems)}). To provide the files, copy the official ones into {root} in that "
-            f"layout, or set VIT_COURSE_DATA to a folder that holds them.")
+            f"{name} ({split} split) is not in {root}: expected {', '.join(missing)} there, and {why}. To provide "
+            f"the files, copy the official ones into {root} in that layout, or set VIT_COURSE_DATA to a folder "
+            "that holds them.")
 
 
 def _download(filename, mirrors, folder, timeout=60):
