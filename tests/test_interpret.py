@@ -219,3 +219,8 @@ def test_embedding_filters_accept_conv_weights_and_fix_the_sign():
     assert embedding_filters(weight, 4, 3, k=100)[0].shape[0] == 32  # k is capped at min(D, P*P*C)
     with pytest.raises(ValueError, match="patch_size=5"):
         embedding_filters(weight, 5, 3)
+
+
+def test_uniform_attention_distance_reference():
+    from vit_course.interpret import uniform_attention_distance
+    assert uniform_attention_distance((2, 3), 4) == pytest.approx(uniform_distance(2, 3, 4, 1 / 6))

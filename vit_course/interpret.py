@@ -141,6 +141,14 @@ def mean_attention_distance(attention, grid_size, patch_size):
     return per_query.mean(dim=(0, 2))  # (h,)
 
 
+def uniform_attention_distance(grid_size, patch_size):
+    """The mean attention distance (pixels) of a head that spreads its weight evenly over all patches:
+    the reference line of the figure. Heads below it favour nearby patches, heads above it far ones."""
+    gh, gw = to_pair(grid_size)
+    uniform = torch.full((1, 1, gh * gw, gh * gw), 1.0 / (gh * gw))  # (1, 1, N, N)
+    return mean_attention_distance(uniform, (gh, gw), patch_size).item()
+
+
 @torch.no_grad()
 def attention_distances(model, images, batch_size=256):
     """Mean attention distance of every head in every layer of ``model`` over ``images``.

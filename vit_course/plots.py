@@ -1,0 +1,253 @@
+"""Figures of chapters 04 and 08: patch grids, attention maps and rollout over images, the mean
+attention distance, position-embedding similarity and the embedding filters.
+
+Every function returns the matplotlib Figure and never calls ``plt.show()`` (notebooks end the cell
+with it). Images may be uint8 (b, C, H, W) as ``data.load`` gives them, floats in [0, 1], or
+normalised floats (shown rescaled to their own range).
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .interpret import attention_map, embedding_filters, position_embedding_similarity, rollout_map
+from .patches import grid_size as patch_grid
+
+OVERLAY = dict(cmap="inferno", alpha=0.55, vmin=0.0, vmax=1.0)
+
+
+def to_pixels(images):
+    """uint8 or float images (b, C, H, W) or (C, H, W) -> float in [0, 1], same shape.
+
+    Floats already in [0, 1] stay as they are; other floats (normalised inputs) are rescaled per
+    image to their own range, which recovers the picture up to per-channel contrast.
+    """
+    images = torch.as_tensor(images).detach().cpu()
+    if images.dtype == torch.uint8:
+        return images.float() / 255
+    images = images.float()
+    if images.min() >= 0 and images.max() <= 1:
+        return images
+    flat = images.flatten(-3)  # (..., C*H*W)
+    lo, hi = flat.amin(-1)[..., None, None, None], flat.amax(-1)[..., None, None, None]
+    return (images - lo) / (hi - lo).clamp_min(1e-12)
+
+
+def model_inputs(images, mean=None, std=None):
+    """What the model eats: pixels in [0, 1] normalised by per-channel mean and std, when given.
+    Float images without mean and std are passed through as they are (already normalised)."""
+    images = torch.as_tensor(images)
+    if mean is None:
+        return images.float() / 255 if images.dtype == torch.uint8 else images.float()
+    pixels = images.float() / 255 if images.dtype == torch.uint8 else images.float()
+    mean, std = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)  # (C, 1, 1)
+    return (pixels - mean) / std
+
+
+@torch.no_grad()
+def run_model(model, images, mean=None, std=None, batch_size=256):
+    """Logits (b, classes) and per-layer attention weights L x (b, h, n, n) of ``model`` on ``images``,
+    on the CPU. The model runs in eval mode on its own device and is left in the mode it had."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    logits, attentions = [], []
+    try:
+        for start in range(0, len(images), batch_size):
+            batch = model_inputs(images[start:start + batch_size], mean, std).to(device)  # (b, C, H, W)
+            out, weights = model(batch, return_attention=True)  # (b, classes), L x (b, h, n, n)
+            logits.append(out.float().cpu())
+            attentions.append([w.float().cpu() for w in weights])
+    finally:
+        model.train(was_training)
+    return torch.cat(logits), [torch.cat(layer) for layer in zip(*attentions, strict=True)]
+
+
+def show_image(ax, image, title=None):
+    """Draw one (C, H, W) image (grey for one channel) on ``ax`` without ticks."""
+    pixels = to_pixels(image)  # (C, H, W) in [0, 1]
+    if pixels.shape[0] == 1:
+        ax.imshow(pixels[0].numpy(), cmap="gray", vmin=0, vmax=1)
+    else:
+        ax.imshow(pixels.permute(1, 2, 0).numpy())  # (H, W, C)
+    ax.set_xticks([]), ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+
+
+def show_overlay(ax, image, heat, title=None):
+    """The image with a heat map (H, W) in [0, 1] drawn over it."""
+    show_image(ax, image, title)
+    ax.imshow(torch.as_tensor(heat).detach().cpu().numpy(), **OVERLAY)
+
+
+def plot_patch_grid(image, patch_size, per_row=16, title=None):
+    """Chapter 04: an image (C, H, W) with its P x P grid and numbered patches, and below it the patch
+    sequence (row by row from the top-left), wrapped every ``per_row`` patches."""
+    _, height, width = image.shape
+    gh, gw = patch_grid((height, width), patch_size)
+    n = gh * gw
+    pixels = to_pixels(image)  # (C, H, W)
+    rows = math.ceil(n / per_row)
+    fig = plt.figure(figsize=(9, 4.2), layout="constrained")
+    left, right = fig.subfigures(1, 2, width_ratios=[1, 1.6])
+    ax = left.subplots()
+    show_image(ax, pixels, title or f"P = {patch_size}: {gh} x {gw} = {n} patches")
+    for x in range(0, width + 1, patch_size):
+        ax.axvline(x - 0.5, color="white", lw=0.8)
+    for y in range(0, height + 1, patch_size):
+        ax.axhline(y - 0.5, color="white", lw=0.8)
+    if n <= 64:
+        for i in range(n):
+            r, c = divmod(i, gw)
+            ax.text(c * patch_size + 1, r * patch_size + 1, str(i), color="yellow", fontsize=6, va="top")
+    gap, channels = max(1, patch_size // 4), pixels.shape[0]
+    step = patch_size + gap
+    strip = torch.ones(channels, rows * step - gap, per_row * step - gap)  # white paper between patches
+    for i in range(n):
+        r, c = divmod(i, gw)
+        y, x = divmod(i, per_row)
+        strip[:, y * step:y * step + patch_size, x * step:x * step + patch_size] = \
+            pixels[:, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size]
+    ax = right.subplots()
+    show_image(ax, strip)
+    ax.set_yticks([y * step + (patch_size - 1) / 2 for y in range(rows)], [str(y * per_row) for y in range(rows)])
+    ax.tick_params(length=0, labelsize=7)
+    right.suptitle(f"the sequence: {n} tokens of {patch_size}x{patch_size}x{pixels.shape[0]} = "
+                   f"{patch_size * patch_size * pixels.shape[0]} values", fontsize=9)
+    return fig
+
+
+def plot_patch_sizes(image, patch_sizes):
+    """The static stand-in of the patch explorer: the same image cut with each patch size, with the
+    token count N and the attention matrix's (N + 1)^2 entries in the titles."""
+    fig, axes = plt.subplots(1, len(patch_sizes), figsize=(2.6 * len(patch_sizes), 3), squeeze=False,
+                             layout="constrained")
+    for ax, p in zip(axes[0], patch_sizes, strict=True):
+        gh, gw = patch_grid(image.shape[-2:], p)
+        n = gh * gw
+        show_image(ax, image, f"P = {p}: N = {n}\nattention {n + 1}x{n + 1} = {(n + 1) ** 2:,}")
+        for x in range(0, image.shape[-1] + 1, p):
+            ax.axvline(x - 0.5, color="white", lw=0.6)
+        for y in range(0, image.shape[-2] + 1, p):
+            ax.axhline(y - 0.5, color="white", lw=0.6)
+    return fig
+
+
+def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None):
+    """Attention from the class token to the patches, per head (columns) and layer (rows), over the image.
+
+    Args:
+        attentions: the model's list of per-layer weights (b, h, n, n); the first image is drawn
+        image: (C, H, W) the image they were computed on
+        grid_size: the model's patch grid (gh, gw)
+        layers, heads: indices to draw (default: all)
+    """
+    layers = list(range(len(attentions))) if layers is None else list(layers)
+    heads = list(range(attentions[0].shape[1])) if heads is None else list(heads)
+    size = image.shape[-2:]
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.6 * len(heads), 1.6 * len(layers)),
+                             squeeze=False, layout="constrained")
+    for row, layer in zip(axes, layers, strict=True):
+        maps = attention_map(attentions[layer][:1], grid_size, image_size=size)[0]  # (h, H, W)
+        for ax, head in zip(row, heads, strict=True):
+            show_overlay(ax, image, maps[head])
+        row[0].set_ylabel(f"layer {layer + 1}", fontsize=8)
+    for ax, head in zip(axes[0], heads, strict=True):
+        ax.set_title(f"head {head + 1}", fontsize=8)
+    return fig
+
+
+def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, ncols=4):
+    """Attention rollout for a grid of images: each image next to its rollout overlay, titled with
+    its true and predicted class (green when right, red when wrong).
+
+    images (b, C, H, W) uint8 or float; mean, std: the model's per-channel normalisation (see ``model_inputs``).
+    """
+    logits, attentions = run_model(model, images, mean, std)
+    heat = rollout_map(attentions, model.grid_size, image_size=images.shape[-2:])  # (b, H, W)
+    predicted = logits.argmax(-1)
+    rows = math.ceil(len(images) / ncols)
+    fig, axes = plt.subplots(rows, 2 * ncols, figsize=(2.4 * ncols, 1.45 * rows + 0.3), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat:
+        ax.axis("off")
+    for i in range(len(images)):
+        left, right = axes[i // ncols, 2 * (i % ncols)], axes[i // ncols, 2 * (i % ncols) + 1]
+        true, pred = int(labels[i]), int(predicted[i])
+        show_image(left, images[i])
+        show_overlay(right, images[i], heat[i])
+        left.set_title(f"{class_names[true]} → {class_names[pred]}", fontsize=8, loc="left",
+                       color="green" if true == pred else "red")
+    fig.suptitle("attention rollout (true → predicted)", fontsize=10)
+    return fig
+
+
+def plot_attention_distance(distances, reference=None, title="mean attention distance"):
+    """The ViT paper's Figure 7 (right): layer on x, one dot per head, distance in pixels on y.
+
+    Args:
+        distances: (L, h) from ``attention_distances``
+        reference: optional distance to draw as a dashed line (e.g. uniform attention's)
+    """
+    distances = torch.as_tensor(distances).cpu()
+    depth, heads = distances.shape
+    fig, ax = plt.subplots(figsize=(4.5, 3.2), layout="constrained")
+    for head in range(heads):
+        ax.scatter(np.arange(1, depth + 1), distances[:, head].numpy(), s=14, label=f"head {head + 1}")
+    if reference is not None:
+        ax.axhline(reference, ls="--", color="gray", lw=1, label="uniform attention")
+    ax.set(xlabel="network depth (layer)", ylabel="mean attention distance (pixels)", title=title)
+    ax.set_xticks(range(1, depth + 1))
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def plot_position_similarity(pos_embed, grid_size, title="position embedding similarity"):
+    """The paper's Figure 7 (centre): a gh x gw grid of gh x gw maps, tile (i, j) the cosine
+    similarity of patch (i, j)'s position embedding with every patch's."""
+    gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
+    sim = position_embedding_similarity(pos_embed, (gh, gw)).numpy()  # (gh, gw, gh, gw)
+    canvas = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan)  # tiles with one blank row/column between
+    for i in range(gh):
+        for j in range(gw):
+            canvas[i * (gh + 1):i * (gh + 1) + gh, j * (gw + 1):j * (gw + 1) + gw] = sim[i, j]
+    fig, ax = plt.subplots(figsize=(5.2, 4.6), layout="constrained")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")
+    shown = ax.imshow(canvas, cmap=cmap, vmin=-1, vmax=1)
+    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(gw)], [str(j + 1) for j in range(gw)])
+    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(gh)], [str(i + 1) for i in range(gh)])
+    ax.tick_params(length=0, labelsize=7)
+    ax.set(xlabel="input patch column", ylabel="input patch row", title=title)
+    fig.colorbar(shown, ax=ax, shrink=0.8, label="cosine similarity")
+    return fig
+
+
+def plot_embedding_filters(weight, patch_size, in_channels, k=28, ncols=7):
+    """The paper's Figure 7 (left): the top-k principal components of the patch-embedding filters as
+    P x P images (RGB, or grey for one channel), each scaled to its own range."""
+    if in_channels not in (1, 3):
+        raise ValueError(f"filters over {in_channels} channels are not images (a hybrid model embeds a "
+                         f"feature map): plot_embedding_filters needs in_channels 1 or 3")
+    filters, explained = embedding_filters(weight, patch_size, in_channels, k)  # (k, P, P, C), (k,)
+    k, p = len(filters), patch_size
+    rows, step = math.ceil(k / ncols), patch_size + max(1, patch_size // 3)
+    lo = filters.flatten(1).amin(1)[:, None, None, None]  # (k, 1, 1, 1)
+    hi = filters.flatten(1).amax(1)[:, None, None, None]
+    filters = (filters - lo) / (hi - lo).clamp_min(1e-12)  # (k, P, P, C), each in [0, 1]
+    canvas = torch.ones(rows * step, ncols * step - (step - p), in_channels)  # one image, white between tiles
+    for i, f in enumerate(filters):
+        r, c = divmod(i, ncols)
+        canvas[r * step:r * step + p, c * step:c * step + p] = f
+    fig, ax = plt.subplots(figsize=(1.0 * ncols, 1.1 * rows + 0.4), layout="constrained")
+    show_image(ax, canvas.permute(2, 0, 1))  # (C, H, W)
+    for i in range(k):  # the share of variance under each tile
+        r, c = divmod(i, ncols)
+        ax.text(c * step + (p - 1) / 2, r * step + p - 0.4, f"{100 * explained[i]:.0f}%", ha="center", va="top",
+                fontsize=6)
+    ax.axis("off")
+    ax.set_title(f"top {k} principal components of the patch embedding (explained variance)", fontsize=9)
+    return fig
