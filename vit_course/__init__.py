@@ -7,6 +7,7 @@ attention (01-02), blocks (03), patches (04, 09), vit (05), device.
 from . import checks as checks  # the exercise checks: checks.MultiHeadAttention(MultiHeadAttention)
 from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
+from .checkpoint import load_checkpoint, load_pretrained, save_checkpoint
 from .data import DATASETS, DeviceLoader, data_root, load, loaders, normalize, random_crop_flip, random_translate
 from .device import describe, pick_device
 from .interpret import (
@@ -29,11 +30,15 @@ from .patches import (
     sincos_position_embedding,
     unpatchify,
 )
+from .train import evaluate, fit, param_groups, train_step, warmup_cosine
 from .vit import CONFIGS, ConvStem, ViT, convert_timm_state_dict, count_parameters
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # train and checkpoints (chapters 06-07); recipes and the CLI live in vit_course.recipes and __main__
+    "evaluate", "fit", "load_checkpoint", "load_pretrained", "param_groups", "save_checkpoint", "train_step",
+    "warmup_cosine",
     # data (chapters 06-07); parsers, download tables and errors live in vit_course.data
     "DATASETS", "DeviceLoader", "data_root", "load", "loaders", "normalize", "random_crop_flip", "random_translate",
     # interpret (chapter 08); figures and explorers live in vit_course.plots and vit_course.widgets

@@ -1,0 +1,62 @@
+"""The command line: ``python -m vit_course train {mnist,cifar10} ...`` and ``python -m vit_course notebooks ...``."""
+
+import argparse
+import os
+import sys
+import time
+
+
+def _process_age():
+    """Seconds since this process started (Linux; else 0), so the budget counts Python's and torch's start-up."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time in clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+STARTED = time.perf_counter() - _process_age()  # the command's wall clock, start-up included
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m vit_course", description="Vision Transformers from scratch")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train a ViT with a recipe (defaults: the time-budgeted CPU ones)",
+                                description="Train a ViT with a recipe and write DIR/model.pt, DIR/metrics.json "
+                                            "and DIR/curves.png.")
+    train.add_argument("recipe", choices=["mnist", "cifar10", "cifar10-gpu"], help="the recipe (see recipes.py)")
+    train.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
+    train.add_argument("--out", help="output folder (default: runs/RECIPE)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best one here)")
+    train.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")
+    train.add_argument("--time-budget", type=float, help="seconds for the whole command (default: the recipe's; "
+                                                         "0 = none)")
+    train.add_argument("--subset", type=int, help=argparse.SUPPRESS)  # tests: train/test on N images
+    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    commands.add_parser("notebooks", help="generate the student notebooks (see `notebooks --help`)", add_help=False)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "notebooks":  # its own parser owns the remaining arguments
+        from .notebooks import main as notebooks_main
+
+        return notebooks_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    from .recipes import train_recipe
+
+    budget = args.time_budget
+    metrics = train_recipe(args.recipe, epochs=args.epochs, out=args.out, device=args.device, seed=args.seed,
+                           time_budget=budget, subset=args.subset, progress=not args.no_progress, started=STARTED)
+    print(f"{args.recipe}: test accuracy {metrics['test_accuracy']:.2%} after {metrics['epochs']:.2f} epochs, "
+          f"{metrics['train_seconds']:.0f} s training, {metrics['wall_seconds']:.0f} s in all; "
+          f"wrote {args.out or 'runs/' + args.recipe}/{{model.pt,metrics.json,curves.png}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Training recipes and the ``train`` command behind ``python -m vit_course train NAME``.
+
+A recipe is a model config (``ViT`` keyword arguments) plus training settings. The CPU recipes were
+measured on the course's reference machine (2 shared cores): see benchmarks/ and the numbers below.
+"""
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from .checkpoint import create_model, save_checkpoint, write_json
+from .data import loaders
+from .device import pick_device
+from .train import fit
+
+RECIPES = {
+    # MNIST on a CPU: 7x7 patches (16 tokens) keep each step cheap; fixed 2D sin-cos positions and mean
+    # pooling learn faster than a class token and a learned table at this budget.
+    "mnist": {
+        "dataset": "mnist",
+        "model": dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=128, depth=6, num_heads=4,
+                      mlp_ratio=2.0, pool="mean", pos_embed="sincos"),
+        "train": dict(epochs=10, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5,
+                      label_smoothing=0.1, min_lr=1e-5),
+        "time_budget": 280,  # seconds for the whole command (target: 300)
+        "reserve": 10,  # seconds kept for the final evaluation and writing the results
+    },
+    # CIFAR-10 on a CPU: a hybrid ViT (the paper's section 3.1 idea, as in Compact Transformers): a
+    # small conv stem turns the 32x32 image into an 8x8 map whose pixels are the tokens (patch size 1).
+    "cifar10": {
+        "dataset": "cifar10",
+        "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,
+                      mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(32, 64)),
+        "train": dict(epochs=12, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=1,
+                      label_smoothing=0.1, min_lr=1e-5),
+        "time_budget": 1740,  # seconds for the whole command (target: 1800)
+        "reserve": 30,
+    },
+    # A GPU preset (e.g. Colab's T4, ~8 TFLOP/s fp32, ~30-65 TFLOP/s fp16 in practice far less for a model this
+    # small): sized on paper from FLOP counts, it cannot be run here (no GPU), so no accuracy is claimed.
+    # Forward cost ~ depth * tokens * 12 * dim^2 multiply-adds = 6 * 256 * 12 * 192^2 ~ 0.68 GMAC per image;
+    # training ~3x that, ~4 GFLOP per image, 200 TFLOP per epoch of 50k images: at an achieved ~10 TFLOP/s
+    # under fp16 autocast ~20 s per epoch, so 100 epochs fit in about 35 min.
+    "cifar10-gpu": {
+        "dataset": "cifar10",
+        "model": dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=192, depth=6, num_heads=6,
+                      mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(64,), drop_path=0.1),
+        "train": dict(epochs=100, batch_size=256, lr=1e-3, weight_decay=0.05, warmup_epochs=5,
+                      label_smoothing=0.1, min_lr=1e-5),
+        "time_budget": None,
+        "reserve": 0,
+    },
+}
+
+
+def plot_curves(history, path, title=""):
+    """Save loss, accuracy and learning rate per epoch as one PNG (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from .checkpoint import atomic_write
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    epochs = history["epoch"]
+    axes[0].plot(epochs, history["train_loss"], "o-", label="train")
+    axes[0].plot(epochs, history["test_loss"], "o-", label="test")
+    axes[0].set(xlabel="epoch", ylabel="cross-entropy", title="loss")
+    axes[0].legend()
+    axes[1].plot(epochs, [100 * a for a in history["test_acc"]], "o-", color="C1")
+    axes[1].set(xlabel="epoch", ylabel="%", title="test accuracy")
+    axes[2].plot(epochs, history["lr"], "o-", color="C2")
+    axes[2].set(xlabel="epoch", ylabel="learning rate", title="learning rate (end of epoch)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+
+
+def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budget=None, subset=None,
+                 progress=True, started=None):
+    """Train recipe ``name`` and write OUT/model.pt, OUT/metrics.json, OUT/curves.png; -> metrics dict.
+
+    time_budget: seconds for the whole command (default: the recipe's); the training gets what is left
+    after loading the data, minus the recipe's reserve for the last evaluation and the files.
+    subset: train on the first ``subset`` images only and test on as many (for quick tests).
+    started: ``time.perf_counter()`` at the command's start (default: now).
+    """
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    started = time.perf_counter() if started is None else started
+    recipe = RECIPES[name]
+    settings = dict(recipe["train"])
+    batch_size = settings.pop("batch_size")
+    if epochs is not None:
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        settings["epochs"] = epochs
+    out = Path(out if out is not None else Path("runs") / name)
+    device = pick_device(device)
+    torch.manual_seed(seed)
+    model = create_model(recipe["model"])  # the weights depend on the seed only
+    train, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed)
+    if subset is not None:
+        for loader in (train, test):
+            loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]
+    budget = recipe["time_budget"] if time_budget is None else time_budget
+    budget = None if budget in (0, float("inf")) else budget  # 0: no budget
+    fit_budget = None
+    if budget is not None:
+        fit_budget = budget - (time.perf_counter() - started) - recipe["reserve"]
+        if fit_budget <= 0:
+            raise ValueError(f"time budget of {budget} s is used up before training starts")
+    history = fit(model, train, test, device=device, time_budget=fit_budget, checkpoint=out / "checkpoint.pt",
+                  seed=seed, progress=progress, **settings)
+    metrics = {
+        "recipe": name, "dataset": recipe["dataset"], "test_accuracy": history["test_acc"][-1],
+        "test_loss": history["test_loss"][-1], "epochs": history["epoch"][-1], "planned_epochs": settings["epochs"],
+        "train_seconds": round(history["seconds"][-1], 1), "params": sum(p.numel() for p in model.parameters()),
+        "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "python": platform.python_version(), "seed": seed, "batch_size": batch_size, "time_budget": budget,
+        "cpu_load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+    save_checkpoint(out / "model.pt", model.cpu(), recipe["model"], history, metrics,
+                    recipe=name, settings={**settings, "batch_size": batch_size})
+    (out / "checkpoint.pt").unlink(missing_ok=True)  # the resumable one (with optimizer state) is done
+    plot_curves(history, out / "curves.png", title=f"{name}: {metrics['test_accuracy']:.2%} test accuracy")
+    metrics["wall_seconds"] = round(time.perf_counter() - started, 1)
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def describe(name):
+    """A recipe as indented JSON, e.g. for the CLI's ``--help``."""
+    return json.dumps(RECIPES[name], indent=2, default=str)
+
+
+__all__ = ["RECIPES", "describe", "plot_curves", "train_recipe"]
