@@ -200,6 +200,7 @@ def test_split_heads_accepts(impl, capsys):
     (lambda x: x.reshape(x.shape[0], x.shape[2], -1), "without a transpose"),
     (lambda x: rearrange(x, "b h n d -> b n (d h)"), "interleaved"),
     (lambda x: x.transpose(1, 2), "flatten heads"),
+    (lambda x: x.flatten(2), "flattens tokens and features together"),
 ])
 def test_merge_heads_rejects(impl, hint):
     rejects(checks.merge_heads, impl, hint)

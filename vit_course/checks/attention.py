@@ -170,7 +170,9 @@ def merge_heads(c, fn):
              lambda x=x: x.reshape(b, n, width)),
             (INTERLEAVED.replace("take every", "are interleaved: each head's block should be contiguous, not every"),
              lambda x=x: rearrange(x, "b h n d -> b n (d h)"))],
-            shape_hints=[((b, n, h, d), "this is still (b, n, h, d): flatten heads and features into h*d")])
+            shape_hints=[((b, n, h, d), "this is still (b, n, h, d): flatten heads and features into h*d"),
+                         ((b, h, n * d), "this flattens tokens and features together: transpose heads and tokens "
+                                         "first, (b, h, n, d) -> (b, n, h, d), then flatten the last two")])
         c.close(ref.split_heads(got, h), x, "split_heads(merge_heads(x)), which should give x back")
 
 

@@ -1,0 +1,312 @@
+"""The student-notebook generator, and the notebooks it makes: in sync, stopping at the first check when
+untouched, passing with the solutions pasted back, and holding the same code as vit_course."""
+
+import ast
+import copy
+import importlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import vit_course
+from vit_course import notebooks
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+STUDENTS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHECK_CELL = re.compile(r"^\s*checks\.\w+\(", re.M)
+
+EXERCISE = '''import torch
+
+
+def double(x):
+    """(n,) -> (n,)"""
+    ### BEGIN SOLUTION
+    return 2 * x
+    ### END SOLUTION
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.factor = factor
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN HINT
+        # multiply by the factor
+        use self.factor
+        ### END HINT
+        ### BEGIN SOLUTION
+        return self.factor * x
+        ### END SOLUTION
+'''
+
+
+def synthetic(exercise=EXERCISE, check="assert double(torch.ones(2)).tolist() == [2.0, 2.0]"):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                   "language_info": {"name": "python", "version": "3.11.4"}}
+    nb.cells = [nbformat.v4.new_markdown_cell("# 99 · Test\n\nSome words.", id="title"),
+                nbformat.v4.new_code_cell(exercise, id="exercise", execution_count=3, metadata={"scrolled": True}),
+                nbformat.v4.new_code_cell(check, id="check", metadata={"tags": ["check"]},
+                                          outputs=[nbformat.v4.new_output("stream", text="ok\n")])]
+    notebooks.refresh_solution(nb, "99_test")
+    return nb
+
+
+def test_student_version_replaces_solutions_keeps_hints_and_indentation():
+    student = notebooks.student_version(synthetic())
+    source = student.cells[2].source
+    assert '    # YOUR CODE HERE\n    raise NotImplementedError("double")' in source
+    assert '        # YOUR CODE HERE\n        raise NotImplementedError("Scale")' in source
+    assert "2 * x" not in source and "self.factor = factor" not in source and "SOLUTION" not in source
+    assert "        # multiply by the factor\n        # use self.factor\n" in source and "HINT" not in source
+    assert '"""(n,) -> (n,)"""' in source  # signature and docstring stay for the student
+    compile(source, "student", "exec")
+
+
+def test_student_version_clears_outputs_and_volatile_metadata():
+    solution = synthetic()
+    before = notebooks.dumps(solution)
+    student = notebooks.student_version(solution)
+    assert notebooks.dumps(solution) == before  # the solution is left alone
+    for cell in student.cells:
+        assert cell.cell_type == "markdown" or (cell.outputs == [] and cell.execution_count is None)
+    assert student.cells[2].metadata == {} and student.cells[3].metadata == {"tags": ["check"]}
+    assert student.metadata == {"kernelspec": solution.metadata.kernelspec, "language_info": {"name": "python"}}
+
+
+def test_badge_and_setup_cell_come_from_one_setting():
+    nb = synthetic()
+    assert nb.cells[0].source.startswith(
+        "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google"
+        ".com/github/vit-course/vit-from-scratch/blob/main/notebooks/99_test.ipynb)\n\n# 99 · Test")
+    setup = nb.cells[1]
+    assert setup.metadata["tags"] == ["setup"] and notebooks.REPO_URL in setup.source
+    assert 'os.environ.get("VIT_COURSE_REPO"' in setup.source and "sys.executable" in setup.source
+    assert "!" not in setup.source and 'print("Using device:", device.type)' in setup.source
+    compile(setup.source, "setup", "exec")
+    setup.outputs = [nbformat.v4.new_output("stream", text="Using device: cpu\n")]
+    setup.source = setup.source.replace("vit-from-scratch", "old-name")
+    nb.cells[0].source = nb.cells[0].source.replace("99_test", "00_old")
+    assert notebooks.refresh_solution(nb, "99_test")  # a stale badge/setup is rewritten ...
+    assert "old" not in nb.cells[0].source + nb.cells[1].source and nb.cells[1].outputs[0].text == "Using device: cpu\n"
+    assert not notebooks.refresh_solution(nb, "99_test") and len(nb.cells) == 4  # ... once, outputs kept
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1\n", "never closed"),
+    ("def f():\n    return 1\n    ### END SOLUTION\n", "without BEGIN"),
+    ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n", "needs a name"),
+])
+def test_unbalanced_markers_are_errors(source, message):
+    with pytest.raises(ValueError, match=message):
+        notebooks.strip_solutions(source)
+
+
+def test_named_region_outside_a_def():
+    source, names = notebooks.strip_solutions("### BEGIN SOLUTION pool_tokens\nx = 1\n### END SOLUTION")
+    assert names == ["pool_tokens"] and source == '# YOUR CODE HERE\nraise NotImplementedError("pool_tokens")'
+
+
+def test_generate_is_deterministic_atomic_and_checkable(tmp_path, monkeypatch):
+    (tmp_path / "solutions").mkdir()
+    raw = synthetic()
+    raw.cells = [raw.cells[0], *raw.cells[2:]]  # no setup cell yet, an old badge-less title
+    raw.cells[0].source = "# 99 · Test"
+    nbformat.write(raw, tmp_path / "solutions" / "99_test.ipynb")
+    assert notebooks.main(["--root", str(tmp_path), "--check"]) == 1
+    assert notebooks.main(["--root", str(tmp_path)]) == 0
+    student = tmp_path / "notebooks" / "99_test.ipynb"
+    first = student.read_bytes()
+    assert notebooks.generate(tmp_path) == [] and student.read_bytes() == first  # run twice: no diff
+    assert notebooks.main(["--root", str(tmp_path), "--check"]) == 0
+    solution = nbformat.read(tmp_path / "solutions" / "99_test.ipynb", as_version=4)
+    assert solution.cells[1].metadata["tags"] == ["setup"] and "Open In Colab" in solution.cells[0].source
+
+    (tmp_path / "notebooks" / "98_orphan.ipynb").write_text(first.decode())
+    assert notebooks.main(["--root", str(tmp_path), "--check"]) == 1  # a student notebook without solution
+    (tmp_path / "notebooks" / "98_orphan.ipynb").unlink()
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    solution.cells[2].source += "\n# changed"
+    nbformat.write(solution, tmp_path / "solutions" / "99_test.ipynb")
+    monkeypatch.setattr(notebooks.os, "replace", crash)
+    with pytest.raises(OSError):
+        notebooks.generate(tmp_path)
+    assert student.read_bytes() == first and sorted(p.name for p in student.parent.iterdir()) == ["99_test.ipynb"]
+
+
+# --- self-grading with nbval ---------------------------------------------------------------------------------
+
+GRADED = '''def merge_heads(x):
+    """(b, h, n, d) -> (b, n, h*d)"""
+    ### BEGIN SOLUTION
+    return x.transpose(1, 2).flatten(2)
+    ### END SOLUTION
+'''
+
+
+def test_nbval_lax_passes_exactly_when_the_checks_pass(tmp_path):
+    """`pytest --nbval-lax` on a student notebook: fails untouched and with a wrong answer, passes when solved."""
+    solution = synthetic(GRADED, "checks.merge_heads(merge_heads)")
+    student = notebooks.student_version(solution)
+    wrong = copy.deepcopy(student)
+    no_transpose = "x.reshape(len(x), x.shape[2], -1)"  # the classic mistake: no transpose
+    wrong.cells[2].source = GRADED.replace("x.transpose(1, 2).flatten(2)", no_transpose)
+    solved = copy.deepcopy(student)
+    solved.cells[2].source = GRADED
+    for name, nb in (("untouched", student), ("wrong", wrong), ("solved", solved)):
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    run = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "-rf",
+                          "untouched.ipynb", "wrong.ipynb", "solved.ipynb"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600, env=this_package())
+    failed = set(re.findall(r"^FAILED (\w+)\.ipynb::", run.stdout, re.M))
+    assert failed == {"untouched", "wrong"}, run.stdout[-3000:]
+    assert "CheckFailed\x1b[0m: not done yet: merge_heads" in run.stdout  # the message alone, no traceback
+    assert "heads look reshaped without a transpose" in run.stdout
+    assert "Traceback (most recent call last)" not in run.stdout and "site-packages" not in run.stdout
+
+
+# --- the course's own notebooks ------------------------------------------------------------------------------
+
+def this_package(env=None):
+    """The environment for a kernel that imports this checkout's vit_course, whatever else is installed."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def run_cells(nb, cells, cwd):
+    """Execute only ``cells`` of nb (in order) with nbclient; returns the executed notebook."""
+    from nbclient import NotebookClient
+
+    part = copy.deepcopy(nb)
+    part.cells = [part.cells[i] for i in cells]
+    client = NotebookClient(part, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+    client.execute(env=this_package())
+    return part
+
+
+def check_cells(nb):
+    return [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and CHECK_CELL.search(cell.source)]
+
+
+def test_student_notebooks_are_in_sync():
+    if not SOLUTIONS:
+        pytest.skip("solutions/ is still empty")
+    stale = notebooks.generate(ROOT, check=True, log=lambda _: None)
+    assert not stale, f"out of date (run `python -m vit_course notebooks`): {[str(p) for p in stale]}"
+
+
+@pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.stem)
+def test_untouched_student_notebook_stops_at_first_check(path):
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    cells = check_cells(nb)
+    if not cells:
+        pytest.skip("no check cell")
+    first = cells[0]
+    with pytest.raises(CellExecutionError) as info:
+        run_cells(nb, [i for i in range(first + 1) if "slow" not in nb.cells[i].metadata.get("tags", [])], path.parent)
+    error = info.value
+    assert error.ename == "CheckFailed" and "not done yet" in error.evalue, str(error)[-2000:]
+    assert CHECK_CELL.search(error.args[0] if error.args else ""), "stopped before the first check cell"
+
+
+def fill_in(student_source, solution_source):
+    """Paste the solution regions back into a student cell, in order."""
+    regions, region = [], None
+    for line in solution_source.split("\n"):
+        if notebooks.BEGIN.match(line):
+            region = []
+        elif notebooks.END.match(line):
+            regions.append(region)
+            region = None
+        elif region is not None:
+            region.append(line)
+    out, lines, i = [], student_source.split("\n"), 0
+    while i < len(lines):
+        if lines[i].strip() == "# YOUR CODE HERE" and "raise NotImplementedError" in lines[i + 1]:
+            out += regions.pop(0)
+            i += 2
+        else:
+            out.append(lines[i])
+            i += 1
+    assert not regions, "more solution regions than stubs: notebooks/ is stale, run `python -m vit_course notebooks`"
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.stem)
+def test_student_notebook_with_solutions_pasted_back_passes(path):
+    student = nbformat.read(path, as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / path.name, as_version=4)
+    for cell, solved in zip(student.cells, solution.cells, strict=True):
+        if cell.cell_type == "code" and "### BEGIN SOLUTION" in solved.source:
+            cell.source = fill_in(cell.source, solved.source)
+    cells = check_cells(student)
+    if not cells:
+        pytest.skip("no check cell")
+    keep = [i for i in range(cells[-1] + 1) if "slow" not in student.cells[i].metadata.get("tags", [])]
+    done = run_cells(student, keep, path.parent)
+    printed = "".join(o.get("text", "") for i in cells for o in done.cells[keep.index(i)].outputs)
+    assert printed.count("✔") == len(cells), printed
+
+
+def _definition(source, name):
+    """The def/class ``name`` in source, without docstrings, comments or formatting."""
+    tree = ast.parse(textwrap.dedent(source))
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name), None)
+    if node is None:
+        return None
+    for sub in ast.walk(node):
+        body = getattr(sub, "body", None)
+        if (isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            sub.body = body[1:] or [ast.Pass()]
+    return ast.unparse(node)
+
+
+def _reference(name):
+    for module in ("vit_course", "vit_course.train", "vit_course.data", "vit_course.interpret"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+EXERCISES = [(path, name, source) for path in SOLUTIONS
+             for _, name, source in notebooks.exercises(nbformat.read(path, as_version=4))]
+
+
+@pytest.mark.parametrize("path, name, source", EXERCISES, ids=[f"{p.stem}-{n}" for p, n, _ in EXERCISES])
+def test_solution_cell_equals_the_reference(path, name, source):
+    """The reference lives once, in vit_course: the solution notebook's exercise code must be the same code."""
+    reference = _reference(name)
+    assert reference is not None, f"{name} (in {path.name}) has no reference in vit_course"
+    ours = _definition(source, name)
+    assert ours is not None, f"{path.name}: the exercise cell does not define {name} at top level"
+    theirs = _definition(inspect.getsource(reference), name)
+    assert ours == theirs, f"{path.name}: {name} differs from {inspect.getsourcefile(reference)}"
+
+
+def test_vit_course_exports_the_generator():
+    assert callable(notebooks.main) and vit_course.checks.CheckFailed.__mro__[1] is AssertionError
+    assert json.loads(notebooks.dumps(synthetic()))["nbformat"] == 4
