@@ -1,0 +1,108 @@
+"""Check for chapter 07's exercise: random_crop_flip, tested by its properties (it is random)."""
+
+import torch
+import torch.nn.functional as F
+
+from .core import check
+
+
+def _candidates(images, padding):
+    """All crops of the zero-padded images, unflipped then flipped: (2, 2p+1, 2p+1, b, C, H, W) and offsets."""
+    _, _, h, w = images.shape
+    padded = F.pad(images, (padding,) * 4)  # (b, C, H+2p, W+2p)
+    side = 2 * padding + 1
+    crops = torch.stack([torch.stack([padded[..., dy:dy + h, dx:dx + w] for dx in range(side)])
+                         for dy in range(side)])  # (2p+1, 2p+1, b, C, H, W)
+    return torch.stack([crops, crops.flip(-1)])
+
+
+def _match(out, images, padding):
+    """Per sample (flip, dy, dx) of the crop it equals, or -1 where none does: (b, 3) long."""
+    cands = _candidates(images, padding)  # (2, s, s, b, C, H, W)
+    equal = (cands == out).flatten(4).all(-1)  # (2, s, s, b)
+    found = torch.full((len(images), 3), -1, dtype=torch.long)
+    for i in range(len(images)):
+        hits = equal[..., i].nonzero()
+        if len(hits):
+            found[i] = hits[0]
+    return found
+
+
+def _diagnose(out, images, padding):
+    side = 2 * padding + 1
+    tests = [
+        ("the images are flipped upside down: a horizontal flip reverses the last axis (width), flip(-1)",
+         lambda: _candidates(images.flip(-2), padding)),
+        ("the padding is not zeros: pad with zeros (F.pad's default), so shifted-in pixels are black",
+         lambda: _candidates_reflect(images, padding)),
+        ("the image wraps around (torch.roll?): pad with zeros, then crop",
+         lambda: torch.stack([torch.stack([torch.stack([images.roll((dy - padding, dx - padding), (-2, -1))
+                                                        for dx in range(side)]) for dy in range(side)])])),
+    ]
+    def matches(cands):  # (b,) bool: the sample equals one of the candidates
+        return (cands == out).flatten(-3).all(-1).flatten(0, -2).any(0)
+
+    normal = matches(_candidates(images, padding))
+    for hint, make in tests:
+        if (normal | matches(make())).all():
+            return hint
+    return None
+
+
+def _candidates_reflect(images, padding):
+    _, _, h, w = images.shape
+    padded = F.pad(images.float(), (padding,) * 4, mode="reflect").to(images.dtype)
+    side = 2 * padding + 1
+    crops = torch.stack([torch.stack([padded[..., dy:dy + h, dx:dx + w] for dx in range(side)])
+                         for dy in range(side)])
+    return torch.stack([crops, crops.flip(-1)])
+
+
+@check("random_crop_flip")
+def random_crop_flip(c, fn):
+    """random_crop_flip(images, padding=4, flip=True, generator=None): a random crop of the zero-padded
+    image per sample, flipped left-right with probability 1/2; same shape and dtype."""
+    g = torch.Generator().manual_seed(22)
+    b = 400
+    cases = ((torch.randn(b, 2, 6, 7, generator=g) + 10, 2, True),
+             (torch.randint(1, 256, (b, 1, 5, 5), generator=g, dtype=torch.uint8), 1, True),
+             (torch.randn(b, 3, 4, 6, generator=g) + 10, 3, False),
+             (torch.randn(b, 2, 4, 4, generator=g) + 10, 0, True))
+    for images, padding, flip in cases:
+        kwargs = {} if flip else {"flip": False}
+        out = c.call(fn, images, padding, **kwargs)
+        what = f"output for images {tuple(images.shape)} {images.dtype}, padding={padding}, flip={flip}"
+        c.tensor(out, what, images.shape, images.dtype)
+        found = _match(out, images, padding)
+        lost = (found[:, 0] < 0).nonzero().flatten()
+        if len(lost):
+            hint = _diagnose(out, images, padding)
+            if hint is None and torch.equal(out, images) and padding:
+                hint = "the images came back unchanged"
+            c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
+                   f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})", hint)
+        c.tests += 1
+        flipped, dy, dx = found.unbind(1)
+        rate = flipped.float().mean().item()
+        if not flip:
+            c.ok(rate == 0, f"with flip=False {rate:.0%} of the samples were flipped", "only flip when flip=True")
+        else:
+            c.ok(0.35 < rate < 0.65, f"{rate:.0%} of the samples were flipped, expected about half",
+                 "no sample (or every sample) was flipped: draw one coin per sample with probability 1/2, not one "
+                 "for the whole batch" if rate in (0, 1) else None)
+        if padding:
+            for name, offsets in (("vertical", dy), ("horizontal", dx)):
+                low, high = offsets.min().item(), offsets.max().item()
+                shift = f"{name} shifts go from {low - padding} to {high - padding}"
+                c.ok(len(offsets.unique()) > 1, f"all {b} samples got the same {name} shift",
+                     "draw an offset for each sample, not one for the whole batch: torch.randint(0, 2 * padding + "
+                     "1, (batch,))")
+                c.ok(low == 0 and high == 2 * padding, f"{shift}, expected -{padding} to {padding}",
+                     "torch.randint's upper bound is exclusive: torch.randint(0, 2 * padding + 1, ...)"
+                     if high == 2 * padding - 1 or low == 1 else None)
+    images = torch.randn(64, 3, 5, 5, generator=g) + 10
+    first = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
+    second = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
+    c.ok(torch.equal(first, second), "two calls with generators seeded alike gave different outputs",
+         "draw every random number from `generator` (torch.randint(..., generator=generator)), so a seed "
+         "repeats the augmentation")
