@@ -162,9 +162,7 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
 
     try:
         for epoch in range(start_epoch, epochs):
-            if out_of_time():
-                break
-            losses = []
+            losses, stopped = [], False
             bar = tqdm(train_loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, disable=not progress)
             for x, y in bar:
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -185,6 +183,7 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
                 if len(losses) % 10 == 0:
                     bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.3f}", lr=f"{current_lr:.1e}")
                 if out_of_time():
+                    stopped = True
                     break
             with evaluate_ctx:
                 test_loss, test_acc = evaluate(model, test_loader)
@@ -200,6 +199,8 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
                            "train_seconds": history["seconds"][-1]}
                 save_checkpoint(checkpoint, model, config, history, metrics, optimizer, epoch=epoch + 1,
                                 step=step, seconds=history["seconds"][-1], rng=torch.get_rng_state())
+            if stopped:
+                break
     except KeyboardInterrupt:
         model.eval()
         if progress:

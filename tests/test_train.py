@@ -1,0 +1,214 @@
+"""Training: schedule, parameter groups, step, evaluation, fit (budget, resume, interrupt), checkpoints."""
+
+import math
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from vit_course import checkpoint as ckpt
+from vit_course.data import DATASETS, DeviceLoader, load
+from vit_course.train import amp_settings, evaluate, fit, param_groups, train_step, warmup_cosine
+
+TINY = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
+            mlp_ratio=2.0, pool="mean", pos_embed="sincos")
+needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    images, labels = load("mnist", "train")
+    return images[:512], labels[:512]
+
+
+def mnist_loader(mnist, n=256, batch_size=64, shuffle=True, drop_path=False):
+    meta = DATASETS["mnist"]
+    return DeviceLoader(mnist[0][:n], mnist[1][:n], batch_size, shuffle=shuffle, augment=meta["augment"],
+                        mean=meta["mean"], std=meta["std"], device="cpu", drop_last=shuffle, seed=3)
+
+
+def test_warmup_cosine_key_steps():
+    assert warmup_cosine(0, 100, 10, 1.0) == pytest.approx(0.1)  # (step + 1) / warmup: never exactly 0
+    assert warmup_cosine(9, 100, 10, 1.0) == pytest.approx(1.0)
+    assert warmup_cosine(10, 100, 10, 1.0) == pytest.approx(1.0)  # the decay starts at the peak
+    assert warmup_cosine(55, 100, 10, 1.0) == pytest.approx(0.5)  # half way through the decay
+    assert warmup_cosine(100, 100, 10, 1.0, min_lr=0.1) == pytest.approx(0.1)
+    assert warmup_cosine(5, 10, 0, 2.0, 0.0) == pytest.approx(1.0 + math.cos(math.pi * 0.5))
+    values = [warmup_cosine(s, 100, 10, 1.0) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
+
+
+def test_param_groups_exclude_norms_biases_and_tokens():
+    model = ckpt.create_model({**TINY, "pool": "cls", "pos_embed": "learned"})
+    decay, no_decay = param_groups(model, 0.05)
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert {"cls_token", "pos_embed", "norm.weight", "norm.bias", "head.bias", "blocks.0.attn.qkv.bias"} <= kept
+    assert decayed == {"patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight",
+                       "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight", "head.weight"}
+    assert len(decayed) + len(kept) == len(names)
+
+
+class Constant(nn.Module):
+    """A 'model' with fixed logits: predicts class 0 always."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x):
+        logits = torch.zeros(len(x), 3)
+        logits[:, 0] = 1.0 + self.w
+        return logits
+
+
+def test_evaluate_loss_accuracy_and_mode():
+    model = Constant().train()
+    batches = [(torch.zeros(4, 1), torch.tensor([0, 0, 1, 2])), (torch.zeros(2, 1), torch.tensor([0, 1]))]
+    loss, acc = evaluate(model, batches)
+    assert acc == pytest.approx(3 / 6)
+    logp = torch.log_softmax(torch.tensor([1.0, 0.0, 0.0]), 0)
+    assert loss == pytest.approx(-(3 * logp[0] + 3 * logp[1]).item() / 6, rel=1e-5)
+    assert model.training  # restored
+    model.eval()
+    evaluate(model, batches)
+    assert not model.training
+
+
+@needs_data
+def test_train_steps_lower_the_loss_on_real_mnist(mnist):
+    torch.manual_seed(0)
+    model = ckpt.create_model(TINY)
+    optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=3e-3)
+    loader = mnist_loader(mnist, n=256, batch_size=32)
+    before, _ = evaluate(model, loader)
+    losses = [train_step(model, x, y, optimizer, label_smoothing=0.1) for _ in range(2) for x, y in loader]
+    after, acc = evaluate(model, loader)
+    assert len(losses) == 16 and isinstance(losses[0], float)
+    assert model.training  # train_step leaves it in train mode
+    assert after < before - 0.05 and acc > 0.15, (before, after, acc)
+
+
+def _run(mnist, path, epochs=2, resume=False, interrupt_epoch=None):
+    torch.manual_seed(1)
+    model = ckpt.create_model({**TINY, "drop_path": 0.1})  # randomness in the step too
+    train = mnist_loader(mnist, n=192)
+    loader = train
+    if interrupt_epoch is not None:
+        class Interrupting:  # Ctrl-C at the start of an epoch
+            def __len__(self):
+                return len(train)
+
+            def set_epoch(self, epoch):
+                train.set_epoch(epoch)
+
+            def __iter__(self):
+                if train.epoch == interrupt_epoch:
+                    raise KeyboardInterrupt
+                return iter(train)
+        loader = Interrupting()
+    history = fit(model, loader, mnist_loader(mnist, n=128, shuffle=False), epochs=epochs, lr=2e-3,
+                  weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, amp="off", checkpoint=path,
+                  resume=resume, seed=5, progress=False)
+    return model, history
+
+
+@needs_data
+def test_resume_continues_where_it_stopped(mnist, tmp_path):
+    whole, history = _run(mnist, tmp_path / "a.pt")
+    with pytest.raises(KeyboardInterrupt):
+        _run(mnist, tmp_path / "b.pt", interrupt_epoch=1)
+    _, state = ckpt.load_checkpoint(tmp_path / "b.pt")
+    assert state["epoch"] == 1 and len(state["history"]["epoch"]) == 1  # the finished epoch is intact
+    resumed, resumed_history = _run(mnist, tmp_path / "b.pt", resume=True)
+    assert resumed_history["test_acc"] == history["test_acc"]
+    assert resumed_history["train_loss"] == history["train_loss"]
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@needs_data
+def test_time_budget_stops_mid_epoch_and_evaluates(mnist):
+    torch.manual_seed(0)
+    model = ckpt.create_model(TINY)
+    history = fit(model, mnist_loader(mnist, n=512, batch_size=16), mnist_loader(mnist, n=64, shuffle=False),
+                  epochs=3, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, time_budget=1e-9,
+                  progress=False)
+    assert len(history["epoch"]) == 1 and 0 < history["epoch"][0] < 1  # one step, then evaluated
+    assert history["lr"][0] < 1e-4  # the schedule followed the (spent) clock to its end
+    assert 0.0 <= history["test_acc"][0] <= 1.0
+    assert not model.training
+
+
+def test_amp_settings():
+    assert amp_settings("auto", torch.device("cpu")) == (None, None)  # measured slower on the reference CPU
+    assert amp_settings("off", torch.device("cpu")) == (None, None)
+    autocast, scaler = amp_settings("bf16", torch.device("cpu"))
+    assert autocast.fast_dtype == torch.bfloat16 and scaler is None
+    with pytest.raises(ValueError, match="'fp8'"):
+        amp_settings("fp8", torch.device("cpu"))
+
+
+def test_checkpoint_round_trip_weights_only(tmp_path):
+    torch.manual_seed(0)
+    model = ckpt.create_model({**TINY, "stem_channels": (8,), "patch_size": 2})
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 1, 28, 28)).sum().backward()
+    optimizer.step()
+    history = {"epoch": [1], "test_acc": [0.5]}
+    ckpt.save_checkpoint(tmp_path / "m.pt", model, model.config, history, {"test_accuracy": 0.5}, optimizer,
+                         epoch=1, rng=torch.get_rng_state())
+    raw = torch.load(tmp_path / "m.pt", weights_only=True)  # only plain types inside
+    assert raw["history"] == history and raw["metrics"]["test_accuracy"] == 0.5 and "optimizer" in raw
+    loaded, state = ckpt.load_checkpoint(tmp_path / "m.pt")
+    assert state["config"] == model.config and not loaded.training
+    x = torch.randn(3, 1, 28, 28)
+    model.eval()
+    assert torch.equal(loaded(x), model(x))
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "m.pt"
+    model = ckpt.create_model(TINY)
+    ckpt.save_checkpoint(path, model, model.config, {}, {"test_accuracy": 0.1})
+    before = path.read_bytes()
+
+    def broken_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save_checkpoint(path, model, model.config, {}, {"test_accuracy": 0.9})
+    with pytest.raises(OSError):
+        ckpt.save_checkpoint(tmp_path / "new.pt", model, model.config, {}, {})
+    assert path.read_bytes() == before  # the old file is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]  # no partial or new file left
+
+
+def test_bad_inputs_name_the_values(tmp_path):
+    with pytest.raises(ValueError, match="'imagenet'"):
+        ckpt.load_pretrained("imagenet")
+    with pytest.raises(FileNotFoundError, match="nothing.pt"):
+        ckpt.load_checkpoint(tmp_path / "nothing.pt")
+    torch.save({"weights": 1}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="other.pt"):
+        ckpt.load_checkpoint(tmp_path / "other.pt")
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_shipped_checkpoint_matches_its_metrics(name):
+    from vit_course.data import loaders
+
+    model, state = ckpt.load_pretrained(name)
+    assert ckpt.pretrained_path(name).stat().st_size < 4.5e6
+    _, test = loaders(name, 500, device="cpu", augment=False)
+    _, acc = evaluate(model, test)
+    stored = state["metrics"]["test_accuracy"]
+    assert abs(acc - stored) <= 0.001, (acc, stored)
+    assert stored >= {"mnist": 0.99, "cifar10": 0.75}[name]
+    assert state["history"]["test_acc"][-1] == stored
