@@ -310,3 +310,17 @@ def test_solution_cell_equals_the_reference(path, name, source):
 def test_vit_course_exports_the_generator():
     assert callable(notebooks.main) and vit_course.checks.CheckFailed.__mro__[1] is AssertionError
     assert json.loads(notebooks.dumps(synthetic()))["nbformat"] == 4
+
+
+def test_drift_comparison_ignores_docstrings_and_comments_only():
+    reference = _definition(inspect.getsource(vit_course.split_heads), "split_heads")
+    same = '''def split_heads(x, num_heads):
+    ### BEGIN SOLUTION
+    if x.shape[-1] % num_heads:  # a comment
+        raise ValueError(f"width {x.shape[-1]} is not divisible by num_heads={num_heads}")
+    return rearrange(x, "... n (h d) -> ... h n d",
+                     h=num_heads)
+    ### END SOLUTION
+'''
+    assert _definition(same, "split_heads") == reference
+    assert _definition(same.replace("h n d", "n h d"), "split_heads") != reference

@@ -118,7 +118,7 @@ def exercises(nb):
     found = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
-            for name in strip_solutions(cell.source, f"cell {index}")[1]:
+            for name in dict.fromkeys(strip_solutions(cell.source, f"cell {index}")[1]):  # a class: one entry
                 found.append((index, name, cell.source))
     return found
 
