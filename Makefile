@@ -18,9 +18,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps "timm==1.0.31"
 	touch $@
 
+# Unit tests, the checks' own tests, student-notebook sync, the book, and every solution notebook re-run by nbval.
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m vit_course notebooks --check
+	$(PY) -m pytest tests solutions --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --durations=15
+
+# Re-execute the solution notebooks in place (their stored outputs are what nbval and the book show),
+# then regenerate the student notebooks. Never edit outputs by hand.
+execute: setup
+	$(PY) -m vit_course notebooks --execute
+
+notebooks: setup
+	$(PY) -m vit_course notebooks
 
 lint: setup
 	$(PY) -m ruff check .
