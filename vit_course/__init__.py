@@ -31,7 +31,7 @@ from .patches import (
     unpatchify,
 )
 from .train import evaluate, fit, param_groups, train_step, warmup_cosine
-from .vit import CONFIGS, ConvStem, ViT, convert_timm_state_dict, count_parameters
+from .vit import CONFIGS, ConvStem, ViT, convert_timm_state_dict, count_parameters, pool_tokens
 
 __version__ = "0.1.0"
 
@@ -46,7 +46,7 @@ __all__ = [
     "position_embedding_similarity", "rollout_map",
     "CONFIGS", "MLP", "ConvStem", "DropPath", "EncoderBlock", "LayerNorm", "LayerScale", "MultiHeadAttention",
     "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
-    "convert_timm_state_dict", "count_parameters", "describe", "grid_size", "linear_to_conv_weight",
+    "convert_timm_state_dict", "count_parameters", "pool_tokens", "describe", "grid_size", "linear_to_conv_weight",
     "merge_heads", "patchify", "pick_device", "resample_position_embeddings", "scaled_dot_product_attention",
     "sincos_position_embedding", "split_heads", "unpatchify",
 ]

@@ -126,10 +126,24 @@ class ViT(nn.Module):
                 attentions.append(weights)
             else:
                 x = block(x)  # (b, n, D)
-        x = self.norm(x)
-        x = x[:, 0] if self.pool == "cls" else x[:, self.num_prefix_tokens:].mean(dim=1)  # (b, D)
+        x = pool_tokens(self.norm(x), self.pool, self.num_prefix_tokens)  # (b, D)
         logits = self.head(x)  # (b, num_classes)
         return (logits, attentions) if return_attention else logits
+
+
+def pool_tokens(x, pool="cls", num_prefix_tokens=1):
+    """The image's representation from the final tokens: (b, n, D) -> (b, D).
+
+    "cls": the class token's final state, x[:, 0]. "mean": the mean of the patch tokens only; the
+    ``num_prefix_tokens`` leading (class) tokens are left out, as in timm's global average pooling.
+    """
+    if pool == "cls":
+        if num_prefix_tokens < 1:
+            raise ValueError('pool="cls" needs a class token (num_prefix_tokens >= 1), got 0')
+        return x[:, 0]  # (b, D)
+    if pool == "mean":
+        return x[:, num_prefix_tokens:].mean(dim=1)  # (b, D)
+    raise ValueError(f'pool must be "cls" or "mean", got {pool!r}')
 
 
 def _init_weights(module):

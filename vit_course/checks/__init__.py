@@ -12,12 +12,12 @@ from .core import CheckFailed
 from .interpret import attention_rollout, mean_attention_distance, position_embedding_similarity
 from .patches import PatchEmbedding, add_class_token_and_position, patchify, resample_position_embeddings, unpatchify
 from .training import evaluate, train_step, warmup_cosine
-from .vit import ViT, count_parameters
+from .vit import ViT, count_parameters, pool_tokens
 
 __all__ = [
     "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",
     "SelfAttention", "ViT", "add_class_token_and_position", "count_parameters", "merge_heads", "patchify",
     "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "unpatchify", "train_step",
     "evaluate", "warmup_cosine", "random_crop_flip", "attention_rollout", "mean_attention_distance",
-    "position_embedding_similarity",
+    "position_embedding_similarity", "pool_tokens",
 ]

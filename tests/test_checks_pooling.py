@@ -1,0 +1,40 @@
+"""The chapter-07 pooling check: class token vs mean of the patch tokens."""
+
+import pytest
+import torch
+
+from vit_course import checks, pool_tokens
+from vit_course.checks import CheckFailed
+
+
+def test_reference_and_variants_pass(capsys):
+    checks.pool_tokens(pool_tokens)
+
+    def einsum_mean(x, pool="cls", num_prefix_tokens=1):
+        if pool == "cls":
+            return x.select(1, 0)
+        patches = x[:, num_prefix_tokens:]
+        return torch.einsum("bnd->bd", patches) / patches.shape[1]
+
+    checks.pool_tokens(einsum_mean)
+    assert capsys.readouterr().out.count("✔ pool_tokens: passed") == 2
+
+
+@pytest.mark.parametrize("wrong,hint", [
+    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x.mean(1), "includes the class token"),
+    (lambda x, pool="cls", k=1: x[:, -1] if pool == "cls" else x[:, k:].mean(1), "last token"),
+    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, 1:].mean(1), "whatever num_prefix_tokens"),
+    (lambda x, pool="cls", k=1: x[:, k:].mean(1), "read the class token"),
+    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, k:].mean(2), "over the tokens"),
+    (lambda x, pool="cls", k=1: x[:, :1] if pool == "cls" else x[:, k:].mean(1, keepdim=True), "token axis"),
+])
+def test_mistakes_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.pool_tokens(wrong)
+
+
+def test_reference_rejects_bad_pool():
+    with pytest.raises(ValueError, match="'max'"):
+        pool_tokens(torch.zeros(1, 3, 2), "max")
+    with pytest.raises(ValueError, match="class token"):
+        pool_tokens(torch.zeros(1, 3, 2), "cls", 0)
