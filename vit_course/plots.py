@@ -39,9 +39,9 @@ def model_inputs(images, mean=None, std=None):
     """What the model eats: pixels in [0, 1] normalised by per-channel mean and std, when given.
     Float images without mean and std are passed through as they are (already normalised)."""
     images = torch.as_tensor(images)
+    pixels = images.float() / 255 if images.dtype == torch.uint8 else images.float()  # (b, C, H, W)
     if mean is None:
-        return images.float() / 255 if images.dtype == torch.uint8 else images.float()
-    pixels = images.float() / 255 if images.dtype == torch.uint8 else images.float()
+        return pixels
     mean, std = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)  # (C, 1, 1)
     return (pixels - mean) / std
 
