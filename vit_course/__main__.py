@@ -34,6 +34,7 @@ def build_parser():
     train.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")
     train.add_argument("--time-budget", type=float, help="seconds for the whole command (default: the recipe's; "
                                                          "0 = none)")
+    train.add_argument("--threads", type=int, help="CPU threads (default: all cores, 1 when the machine is busy)")
     train.add_argument("--subset", type=int, help=argparse.SUPPRESS)  # tests: train/test on N images
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     commands.add_parser("notebooks", help="generate the student notebooks (see `notebooks --help`)", add_help=False)
@@ -51,7 +52,8 @@ def main(argv=None):
 
     budget = args.time_budget
     metrics = train_recipe(args.recipe, epochs=args.epochs, out=args.out, device=args.device, seed=args.seed,
-                           time_budget=budget, subset=args.subset, progress=not args.no_progress, started=STARTED)
+                           time_budget=budget, subset=args.subset, progress=not args.no_progress, started=STARTED,
+                           threads=args.threads)
     print(f"{args.recipe}: test accuracy {metrics['test_accuracy']:.2%} after {metrics['epochs']:.2f} epochs, "
           f"{metrics['train_seconds']:.0f} s training, {metrics['wall_seconds']:.0f} s in all; "
           f"wrote {args.out or 'runs/' + args.recipe}/{{model.pt,metrics.json,curves.png}}")
