@@ -126,10 +126,11 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
             ``set_epoch`` (``data.DeviceLoader``) is told the epoch when resuming
         epochs, lr, weight_decay, warmup_epochs (may be fractional), label_smoothing, min_lr: the recipe
         device: None picks CUDA, then MPS, then the CPU; amp: see ``amp_settings``
-        time_budget: seconds; when they run out, the epoch stops after the current step and the model is
-            evaluated. The schedule then follows the clock too (its progress is the larger of steps done
-            and time used), so a budget-cut run still ends with a decayed learning rate. Runs that the
-            budget does not cut are exactly reproducible: same seed and machine, same run.
+        time_budget: seconds for the training and its final evaluation (whose time is estimated from the
+            last evaluation, or from the step time); when they run out, the epoch stops after the current
+            step and the model is evaluated. The schedule then follows the clock too (its progress is the
+            larger of steps done and time used), so a budget-cut run still ends with a decayed learning
+            rate. Runs that the budget does not cut are exactly reproducible: same seed and machine, same run.
         checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history,
             metrics); with ``resume=True`` and that file present, training continues after its last epoch.
     Returns the history: dict of lists epoch, train_loss, test_loss, test_acc, lr, seconds (cumulative).
@@ -158,17 +159,26 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
         train_loader.set_epoch(start_epoch)
     evaluate_ctx = autocast or nullcontext()
     started = time.perf_counter() - spent
-    out_of_time = lambda: time_budget is not None and time.perf_counter() - started >= time_budget
+    eval_seconds, step_seconds = None, 0.0  # measured as we go, so the budget leaves room for the evaluation
+
+    def time_left():  # seconds of the budget left for training steps, the final evaluation set aside
+        if eval_seconds is not None:
+            reserve = eval_seconds
+        else:  # a test batch (forward only) costs about a third of a training step; take half to be safe
+            reserve = 0.5 * step_seconds * len(test_loader)
+        return time_budget - reserve - (time.perf_counter() - started)
 
     try:
         for epoch in range(start_epoch, epochs):
             losses, stopped = [], False
             bar = tqdm(train_loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, disable=not progress)
             for x, y in bar:
+                tick = time.perf_counter()
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 virtual = step
                 if time_budget is not None:  # follow the clock if it runs out before the steps do
-                    virtual = max(step, int(total_steps * (time.perf_counter() - started) / time_budget))
+                    used = (time.perf_counter() - started) / max(time.perf_counter() - started + time_left(), 1e-9)
+                    virtual = max(step, int(total_steps * used))
                 current_lr = warmup_cosine(min(virtual, total_steps - 1), total_steps, warmup_steps, lr, min_lr)
                 for group in optimizer.param_groups:
                     group["lr"] = current_lr
@@ -179,14 +189,18 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
                 if not math.isfinite(loss):
                     raise FloatingPointError(f"loss became {loss} at step {step} (lr {current_lr:.2e})")
                 losses.append(loss)
+                step_seconds = time.perf_counter() - tick if step_seconds == 0 else (
+                    0.9 * step_seconds + 0.1 * (time.perf_counter() - tick))  # a running mean
                 step += 1
                 if len(losses) % 10 == 0:
                     bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.3f}", lr=f"{current_lr:.1e}")
-                if out_of_time():
+                if time_budget is not None and time_left() <= 0:
                     stopped = True
                     break
+            tick = time.perf_counter()
             with evaluate_ctx:
                 test_loss, test_acc = evaluate(model, test_loader)
+            eval_seconds = time.perf_counter() - tick
             done = len(losses) / steps_per_epoch  # < 1 when the time budget cut the epoch
             for key, value in zip(history, (epoch + done, sum(losses) / max(len(losses), 1), test_loss, test_acc,
                                             current_lr, time.perf_counter() - started), strict=True):
