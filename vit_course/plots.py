@@ -194,15 +194,15 @@ def plot_attention_distance(distances, reference=None, title="mean attention dis
     """
     distances = torch.as_tensor(distances).cpu()
     depth, heads = distances.shape
-    fig, ax = plt.subplots(figsize=(4.5, 3.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(5.4, 3.2), layout="constrained")
     for head in range(heads):
         ax.scatter(np.arange(1, depth + 1), distances[:, head].numpy(), s=14, label=f"head {head + 1}")
     if reference is not None:
         ax.axhline(reference, ls="--", color="gray", lw=1, label="uniform attention")
     ax.set(xlabel="network depth (layer)", ylabel="mean attention distance (pixels)", title=title)
     ax.set_xticks(range(1, depth + 1))
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylim(0, 1.1 * max(distances.max().item(), reference or 0.0))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: dots stay visible
     return fig
 
 
