@@ -42,6 +42,7 @@ def build_parser():
 
 
 def main(argv=None):
+    argv_was_none = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "notebooks":  # its own parser owns the remaining arguments
         from .notebooks import main as notebooks_main
@@ -51,8 +52,9 @@ def main(argv=None):
     from .recipes import train_recipe
 
     budget = args.time_budget
+    started = STARTED if argv_was_none else time.perf_counter()  # main([...]) in a test: from the call
     metrics = train_recipe(args.recipe, epochs=args.epochs, out=args.out, device=args.device, seed=args.seed,
-                           time_budget=budget, subset=args.subset, progress=not args.no_progress, started=STARTED,
+                           time_budget=budget, subset=args.subset, progress=not args.no_progress, started=started,
                            threads=args.threads)
     print(f"{args.recipe}: test accuracy {metrics['test_accuracy']:.2%} after {metrics['epochs']:.2f} epochs, "
           f"{metrics['train_seconds']:.0f} s training, {metrics['wall_seconds']:.0f} s in all; "

@@ -45,11 +45,12 @@ RECIPES = {
         "time_budget": 1760,  # seconds for the whole command, start-up included (target: 1800)
         "reserve": 10,
     },
-    # A GPU preset (e.g. Colab's T4, ~8 TFLOP/s fp32, ~30-65 TFLOP/s fp16 in practice far less for a model this
-    # small): sized on paper from FLOP counts, it cannot be run here (no GPU), so no accuracy is claimed.
-    # Forward cost ~ depth * tokens * 12 * dim^2 multiply-adds = 6 * 256 * 12 * 192^2 ~ 0.68 GMAC per image;
-    # training ~3x that, ~4 GFLOP per image, 200 TFLOP per epoch of 50k images: at an achieved ~10 TFLOP/s
-    # under fp16 autocast ~20 s per epoch, so 100 epochs fit in about 35 min.
+    # A GPU preset for e.g. Colab's T4, sized on paper from FLOP counts: it cannot be run here (no GPU), so
+    # no accuracy is claimed for it. One training step costs 0.70 GFLOP per image (torch's FlopCounterMode;
+    # the CPU recipes: 0.045 and 0.24), so 35 TFLOP per epoch of 50k images. A T4 peaks at 65 TFLOP/s in
+    # fp16 (8 in fp32); matrices this small reach perhaps a sixth of that under fp16 autocast, ~3 s of
+    # arithmetic per epoch, and per-step overheads likely double it: about 10 s per epoch, so 100 epochs
+    # (what published small hybrid ViTs need for ~90%) in roughly 15-20 minutes.
     "cifar10-gpu": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=192, depth=6, num_heads=6,
@@ -147,7 +148,8 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         "recipe": name, "dataset": recipe["dataset"], "test_accuracy": history["test_acc"][-1],
         "test_loss": history["test_loss"][-1], "epochs": history["epoch"][-1], "planned_epochs": settings["epochs"],
         "train_seconds": round(history["seconds"][-1], 1), "params": sum(p.numel() for p in model.parameters()),
-        "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "device": str(device), "threads": torch.get_num_threads(),
+        "torch": str(torch.__version__),  # a str subclass, which weights_only loading refuses
         "python": platform.python_version(), "seed": seed, "batch_size": batch_size, "time_budget": budget,
         "cpu_load_before": load_before, "cpu_load_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }

@@ -1,0 +1,70 @@
+"""The command line: ``train`` writes the promised files; ``notebooks`` is handed on to its module."""
+
+import json
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+from vit_course.__main__ import main
+from vit_course.checkpoint import load_checkpoint
+from vit_course.recipes import RECIPES
+
+
+@pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+def test_train_writes_model_metrics_and_curves(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "mnist", "--epochs", "1", "--subset", "256", "--out", str(out), "--seed", "3",
+                 "--device", "cpu", "--no-progress"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "metrics.json", "model.pt"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("test_accuracy", "train_seconds", "epochs", "params", "device", "recipe", "torch", "seed"):
+        assert key in metrics, key
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["epochs"] == 1 and metrics["seed"] == 3
+    assert metrics["device"] == "cpu" and metrics["recipe"] == "mnist" and metrics["torch"] == torch.__version__
+    model, state = load_checkpoint(out / "model.pt")
+    assert state["config"] == RECIPES["mnist"]["model"]
+    assert metrics["params"] == sum(p.numel() for p in model.parameters())
+    assert state["metrics"]["test_accuracy"] == metrics["test_accuracy"]
+    assert "optimizer" not in state  # the shipped file stays small
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "test accuracy" in capsys.readouterr().out
+
+
+def test_notebooks_is_dispatched_lazily(monkeypatch):
+    seen = []
+    fake = types.ModuleType("vit_course.notebooks")
+    fake.main = lambda argv: seen.append(argv) or 7
+    monkeypatch.setitem(sys.modules, "vit_course.notebooks", fake)
+    assert main(["notebooks", "--check", "x"]) == 7
+    assert seen == [["--check", "x"]]
+
+
+def test_bad_arguments_are_rejected(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "imagenet"])
+    assert "imagenet" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([])
+
+
+def test_recipes_are_complete():
+    for name, recipe in RECIPES.items():
+        assert {"dataset", "model", "train", "time_budget", "reserve"} <= set(recipe), name
+        assert {"epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "label_smoothing"} <= set(
+            recipe["train"]), name
+
+
+def test_pick_threads(monkeypatch):
+    from vit_course import recipes
+
+    assert recipes.pick_threads(3) == 3
+    with pytest.raises(ValueError, match="0"):
+        recipes.pick_threads(0)
+    monkeypatch.setattr(recipes.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(recipes.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert recipes.pick_threads() == 1  # busy: one thread
+    monkeypatch.setattr(recipes.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert recipes.pick_threads() == torch.get_num_threads()
