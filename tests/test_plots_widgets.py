@@ -104,6 +104,10 @@ def test_position_similarity_figure_lays_out_the_tiles():
     canvas = fig.axes[0].images[0].get_array()
     sim = position_embedding_similarity(pos, (2, 3))
     torch.testing.assert_close(torch.tensor(canvas[3:5, 4:7].data).float(), sim[1, 1])  # tile (1, 1), after the gaps
+    assert fig.axes[0].images[0].get_clim() == (-1.0, 1.0)  # the paper's colour range by default
+    plt.close(fig)
+    fig = plots.plot_position_similarity(pos, (2, 3), vmin=None)
+    assert fig.axes[0].images[0].get_clim()[0] == pytest.approx(sim.min().item())
     plt.close(fig)
 
 

@@ -206,9 +206,11 @@ def plot_attention_distance(distances, reference=None, title="mean attention dis
     return fig
 
 
-def plot_position_similarity(pos_embed, grid_size, title="position embedding similarity"):
+def plot_position_similarity(pos_embed, grid_size, title="position embedding similarity", vmin=-1.0):
     """The paper's Figure 7 (centre): a gh x gw grid of gh x gw maps, tile (i, j) the cosine
-    similarity of patch (i, j)'s position embedding with every patch's."""
+    similarity of patch (i, j)'s position embedding with every patch's. The colours span [vmin, 1]
+    as in the paper; vmin=None spans the smallest similarity instead (fixed sin-cos tables sit
+    mostly above 0.5, where [-1, 1] washes their structure out)."""
     gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
     sim = position_embedding_similarity(pos_embed, (gh, gw)).numpy()  # (gh, gw, gh, gw)
     canvas = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan)  # tiles with one blank row/column between
@@ -217,7 +219,7 @@ def plot_position_similarity(pos_embed, grid_size, title="position embedding sim
             canvas[i * (gh + 1):i * (gh + 1) + gh, j * (gw + 1):j * (gw + 1) + gw] = sim[i, j]
     fig, ax = plt.subplots(figsize=(5.2, 4.6), layout="constrained")
     cmap = plt.get_cmap("viridis").with_extremes(bad="white")
-    shown = ax.imshow(canvas, cmap=cmap, vmin=-1, vmax=1)
+    shown = ax.imshow(canvas, cmap=cmap, vmin=np.nanmin(canvas) if vmin is None else vmin, vmax=1)
     ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(gw)], [str(j + 1) for j in range(gw)])
     ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(gh)], [str(i + 1) for i in range(gh)])
     ax.tick_params(length=0, labelsize=7)
