@@ -22,7 +22,7 @@ def mnist():
     return images[:512], labels[:512]
 
 
-def mnist_loader(mnist, n=256, batch_size=64, shuffle=True, drop_path=False):
+def mnist_loader(mnist, n=256, batch_size=64, shuffle=True):
     meta = DATASETS["mnist"]
     return DeviceLoader(mnist[0][:n], mnist[1][:n], batch_size, shuffle=shuffle, augment=meta["augment"],
                         mean=meta["mean"], std=meta["std"], device="cpu", drop_last=shuffle, seed=3)
@@ -94,7 +94,7 @@ def test_train_steps_lower_the_loss_on_real_mnist(mnist):
 
 def _run(mnist, path, epochs=2, resume=False, interrupt_epoch=None):
     torch.manual_seed(1)
-    model = ckpt.create_model({**TINY, "drop_path": 0.1})  # randomness in the step too
+    model = ckpt.create_model({**TINY, "depth": 2, "drop_path": 0.2})  # stochastic depth: randomness in the step
     train = mnist_loader(mnist, n=192)
     loader = train
     if interrupt_epoch is not None:
@@ -209,6 +209,5 @@ def test_shipped_checkpoint_matches_its_metrics(name):
     _, test = loaders(name, 500, device="cpu", augment=False)
     _, acc = evaluate(model, test)
     stored = state["metrics"]["test_accuracy"]
-    assert abs(acc - stored) <= 0.001, (acc, stored)
-    assert stored >= {"mnist": 0.99, "cifar10": 0.75}[name]
+    assert abs(acc - stored) <= 0.001, (acc, stored)  # the targets themselves live in benchmarks/targets.py
     assert state["history"]["test_acc"][-1] == stored
