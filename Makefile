@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # A CPU build of torch from this machine's disk; elsewhere set e.g. TORCH=torch to get PyPI's default build.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test lint book execute notebooks clean
+.PHONY: setup test lint book browser execute notebooks clean
 
 setup: $(VENV)/.installed
 
@@ -22,7 +22,12 @@ $(VENV)/.installed: pyproject.toml
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m vit_course notebooks --check
-	$(PY) -m pytest tests solutions --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --durations=15
+	$(PY) -m pytest tests solutions -m "not browser" --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		--durations=15
+
+# The built book in headless Chromium (Debian's chromium; .ci/browser.sh installs it). Screenshots: book/_build/screenshots/
+browser: book
+	$(PY) -m pytest -m browser tests/test_browser.py
 
 # Re-execute the solution notebooks in place (their stored outputs are what nbval and the book show),
 # then regenerate the student notebooks. Never edit outputs by hand.

@@ -13,7 +13,5 @@ if ! command -v chromium >/dev/null 2>&1; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 fi
-.venv/bin/python -c "import playwright.sync_api" 2>/dev/null || .venv/bin/python -m pip install --quiet "playwright>=1.45,<2"
-make book
-.venv/bin/python -m pytest -m browser tests/test_browser.py
+make browser
 echo "browser tests finished in $(( $(date +%s) - start )) s; screenshots in book/_build/screenshots/"

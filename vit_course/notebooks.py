@@ -166,6 +166,9 @@ def student_version(nb, name="notebook"):
             cell.outputs, cell.execution_count = [], None
     kernelspec = nb.metadata.get("kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"})
     student.metadata = {"kernelspec": dict(kernelspec), "language_info": {"name": "python"}}
+    for key in ("accelerator", "colab"):  # Colab reads the GPU request (chapters that train) from these
+        if key in nb.metadata:
+            student.metadata[key] = nb.metadata[key]
     return student
 
 
