@@ -12,17 +12,7 @@ import vit_course as ref
 from vit_course import checks
 from vit_course.checks import CheckFailed
 
-
-def rejects(check, impl, hint):
-    with pytest.raises(CheckFailed, match=hint):
-        check(impl)
-
-
-def accepts(check, impl, capsys):
-    check(impl)
-    out = capsys.readouterr().out
-    assert out.startswith(f"✔ {check.__name__}: passed") and out.count("\n") == 1
-
+from .check_helpers import accepts, rejects
 
 # --- scaled_dot_product_attention ---------------------------------------------------------------------------
 

@@ -9,17 +9,8 @@ from torch import nn
 
 import vit_course as ref
 from vit_course import checks
-from vit_course.checks import CheckFailed
 
-
-def rejects(check, impl, hint):
-    with pytest.raises(CheckFailed, match=hint):
-        check(impl)
-
-
-def accepts(check, impl, capsys):
-    check(impl)
-    assert capsys.readouterr().out.startswith(f"✔ {check.__name__}: passed")
+from .check_helpers import accepts, rejects
 
 
 def subclass(base, forward, name=None, **attrs):

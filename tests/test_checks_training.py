@@ -8,18 +8,8 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from vit_course import checks, data, interpret, train
-from vit_course.checks import CheckFailed
 
-
-def rejects(check, impl, hint):
-    with pytest.raises(CheckFailed, match=hint):
-        check(impl)
-
-
-def accepts(check, impl, capsys):
-    check(impl)
-    assert capsys.readouterr().out.startswith(f"✔ {check.__name__}: passed")
-
+from .check_helpers import accepts, rejects
 
 # --- train_step ----------------------------------------------------------------------------------------------
 
