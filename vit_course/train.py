@@ -142,6 +142,10 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
     autocast, scaler = amp_settings(amp, device)
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
     steps_per_epoch = len(train_loader)
+    if steps_per_epoch == 0:
+        size = len(getattr(train_loader, "labels", ()))
+        raise ValueError(f"the training loader yields no batch: {size} images with batch size "
+                         f"{getattr(train_loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
     total_steps, warmup_steps = epochs * steps_per_epoch, round(warmup_epochs * steps_per_epoch)
     history = {k: [] for k in ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")}
     config = getattr(model, "config", {})
