@@ -1,0 +1,28 @@
+"""The README's results table shows the shipped models' stored metrics, not numbers typed by hand."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_results_table_matches_shipped_metrics(name):
+    metrics = json.loads((ROOT / "vit_course" / "checkpoints" / name / "metrics.json").read_text())
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines()
+               if f"`python -m vit_course train {name}`" in line and line.startswith("|"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == f"{metrics['test_accuracy']:.2%}"
+    assert cells[3] == f"{metrics['epochs']:.2f} of {metrics['planned_epochs']}"
+    assert cells[4] == f"{metrics['train_seconds']:.0f} s"
+    assert cells[5] == f"{metrics['params']:,}"
+
+
+def test_readme_quick_start_is_make_book_and_make_test():
+    text = (ROOT / "README.md").read_text()
+    quick = re.search(r"## Quick start(.*?)\n## ", text, re.S).group(1)
+    assert "make book" in quick and "make test" in quick
+    assert "pytest --nbval-lax notebooks/" in text and "VIT_COURSE_DATA" in text
