@@ -9,7 +9,7 @@ from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_do
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
 from .checkpoint import load_checkpoint, load_pretrained, save_checkpoint
 from .data import DATASETS, DeviceLoader, data_root, load, loaders, normalize, random_crop_flip, random_translate
-from .device import describe, pick_device
+from .device import pick_device
 from .interpret import (
     attention_distances,
     attention_map,
@@ -46,7 +46,7 @@ __all__ = [
     "position_embedding_similarity", "rollout_map",
     "CONFIGS", "MLP", "ConvStem", "DropPath", "EncoderBlock", "LayerNorm", "LayerScale", "MultiHeadAttention",
     "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
-    "convert_timm_state_dict", "count_parameters", "pool_tokens", "describe", "grid_size", "linear_to_conv_weight",
+    "convert_timm_state_dict", "count_parameters", "pool_tokens", "grid_size", "linear_to_conv_weight",
     "merge_heads", "patchify", "pick_device", "resample_position_embeddings", "scaled_dot_product_attention",
     "sincos_position_embedding", "split_heads", "unpatchify",
 ]

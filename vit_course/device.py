@@ -16,12 +16,3 @@ def pick_device(device=None):
         return torch.device("mps")
     return torch.device("cpu")
 
-
-def describe(device):
-    """One line naming the device, e.g. for a notebook's setup cell."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    if device.type == "mps":
-        return "mps (Apple GPU)"
-    return f"cpu ({torch.get_num_threads()} threads)"

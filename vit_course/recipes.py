@@ -4,7 +4,6 @@ A recipe is a model config (``ViT`` keyword arguments) plus training settings. T
 measured on the course's reference machine (2 shared cores): see benchmarks/ and the numbers below.
 """
 
-import json
 import os
 import platform
 import time
@@ -162,9 +161,4 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
     return metrics
 
 
-def describe(name):
-    """A recipe as indented JSON, e.g. for the CLI's ``--help``."""
-    return json.dumps(RECIPES[name], indent=2, default=str)
-
-
-__all__ = ["RECIPES", "describe", "pick_threads", "plot_curves", "train_recipe"]
+__all__ = ["RECIPES", "pick_threads", "plot_curves", "train_recipe"]
