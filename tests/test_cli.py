@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -64,7 +65,36 @@ def test_pick_threads(monkeypatch):
     with pytest.raises(ValueError, match="0"):
         recipes.pick_threads(0)
     monkeypatch.setattr(recipes.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(recipes.torch, "get_num_threads", lambda: 2)
+    for busy, expected in ((0.1, 2), (0.7, 1), (1.0, 1), (5.0, 1)):
+        monkeypatch.setattr(recipes, "busy_cores", lambda busy=busy: busy)
+        assert recipes.pick_threads() == expected, busy
+    monkeypatch.setattr(recipes, "busy_cores", lambda: None)  # off Linux: the load average decides
     monkeypatch.setattr(recipes.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
-    assert recipes.pick_threads() == 1  # busy: one thread
+    assert recipes.pick_threads() == 1
     monkeypatch.setattr(recipes.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
-    assert recipes.pick_threads() == torch.get_num_threads()
+    assert recipes.pick_threads() == 2
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
+def test_busy_cores_sees_a_busy_core():
+    import threading
+
+    from vit_course.recipes import busy_cores
+
+    stop = threading.Event()
+
+    def spin():  # keeps one core busy (pure Python holds the GIL, so this is one core at most)
+        while not stop.is_set():
+            pass
+
+    idle = busy_cores(0.3)
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        spinning = busy_cores(0.3)
+    finally:
+        stop.set()
+        worker.join()
+    assert 0 <= idle <= (os.cpu_count() or 1) + 0.1
+    assert spinning - idle >= 0.6, (idle, spinning)  # the spinning thread shows up as about one core
