@@ -50,7 +50,7 @@ RECIPES = {
     },
     # A GPU preset for e.g. Colab's T4, sized on paper from FLOP counts: it cannot be run here (no GPU), so
     # no accuracy is claimed for it. One training step costs 0.70 GFLOP per image (torch's FlopCounterMode;
-    # the CPU recipes: 0.045 and 0.24), so 35 TFLOP per epoch of 50k images. A T4 peaks at 65 TFLOP/s in
+    # the CPU recipes: 0.068 and 0.23), so 35 TFLOP per epoch of 50k images. A T4 peaks at 65 TFLOP/s in
     # fp16 (8 in fp32); matrices this small reach perhaps a sixth of that under fp16 autocast, ~3 s of
     # arithmetic per epoch, and per-step overheads likely double it: about 10 s per epoch, so 100 epochs
     # (what published small hybrid ViTs need for ~90%) in roughly 15-20 minutes.
