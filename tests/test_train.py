@@ -199,7 +199,6 @@ def test_bad_inputs_name_the_values(tmp_path):
         ckpt.load_checkpoint(tmp_path / "other.pt")
 
 
-
 def test_fit_refuses_a_loader_without_batches():
     meta = DATASETS["mnist"]
     images, labels = torch.zeros(64, 1, 28, 28, dtype=torch.uint8), torch.zeros(64, dtype=torch.long)
@@ -209,6 +208,7 @@ def test_fit_refuses_a_loader_without_batches():
     with pytest.raises(ValueError, match="64 images with batch size 128"):
         fit(model, loader, loader, epochs=1, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0,
             progress=False)
+
 
 @needs_data
 @pytest.mark.parametrize("name", ["mnist", "cifar10"])
