@@ -279,7 +279,7 @@ def extract_cifar(archive, root):
 def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
     """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
 
-    The train loader shuffles, augments (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2
+    The train loader shuffles, augments (CIFAR-10: crop with padding 2 + flip; MNIST: shifts of up to 2
     pixels) and drops the last incomplete batch so every step has the same shape; the test loader keeps
     the order and every sample.
     """

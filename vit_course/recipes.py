@@ -43,7 +43,7 @@ RECIPES = {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=2, num_heads=4,
                       mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(64, 128)),
-        "train": dict(epochs=6, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5,
+        "train": dict(epochs=10, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5,
                       label_smoothing=0.1, min_lr=1e-5),
         "time_budget": 1760,  # seconds for the whole command, start-up included (target: 1800)
         "reserve": 10,
