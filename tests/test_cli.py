@@ -11,6 +11,7 @@ import torch
 
 from vit_course.__main__ import main
 from vit_course.checkpoint import load_checkpoint
+from vit_course.data import DATASETS
 from vit_course.recipes import RECIPES
 
 
@@ -98,3 +99,29 @@ def test_busy_cores_sees_a_busy_core():
         worker.join()
     assert 0 <= idle <= (os.cpu_count() or 1) + 0.1
     assert spinning - idle >= 0.6, (idle, spinning)  # the spinning thread shows up as about one core
+
+
+def test_recipe_augmentation_reaches_the_loader(monkeypatch):
+    """The CIFAR-10 recipe crops with padding 2 (not the dataset's standard 4); the GPU recipe keeps 4."""
+    from vit_course import recipes
+
+    class Captured(Exception):
+        pass
+
+    def spy(name, batch_size, *, augment, **kwargs):
+        raise Captured(augment)
+
+    monkeypatch.setattr(recipes, "loaders", spy)
+    monkeypatch.setattr(recipes, "pick_threads", lambda threads=None: torch.get_num_threads())
+    images = torch.full((2000, 3, 32, 32), 255, dtype=torch.uint8)
+    for name, padding in [("cifar10", 2), ("cifar10-gpu", 4)]:
+        with pytest.raises(Captured) as caught:
+            recipes.train_recipe(name, device="cpu", progress=False)
+        augment = caught.value.args[0]
+        augment = DATASETS["cifar10"]["augment"] if augment is True else augment  # True: the dataset's own
+        out = augment(images, torch.Generator().manual_seed(0))  # (2000, 3, 32, 32)
+        zero_rows = (out == 0).all(dim=3).all(dim=1).sum(dim=1)  # (2000,) rows of zero padding per image
+        assert zero_rows.max().item() == padding, (name, zero_rows.max().item())
+    with pytest.raises(Captured) as caught:
+        recipes.train_recipe("mnist", device="cpu", progress=False)
+    assert caught.value.args[0] is True  # the dataset's own augmentation

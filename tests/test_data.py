@@ -158,6 +158,23 @@ def test_real_loaders():
     assert abs(x.mean().item()) < 0.2 and 0.8 < x.std().item() < 1.2  # normalised (shifts add a few zeros)
 
 
+
+@real
+def test_loaders_augment_choices():
+    calls = []
+
+    def hook(batch, generator):  # records its calls, changes nothing
+        calls.append(tuple(batch.shape))
+        return batch
+
+    hooked, _ = data.loaders("cifar10", 500, device="cpu", augment=hook)
+    plain, _ = data.loaders("cifar10", 500, device="cpu", augment=False)
+    standard, _ = data.loaders("cifar10", 500, device="cpu")
+    x, _ = next(iter(hooked))
+    assert calls == [(500, 3, 32, 32)]
+    assert torch.equal(x, next(iter(plain))[0])  # same seed, same order: the identity hook is no augmentation
+    assert plain.augment is None and standard.augment is data.cifar_augment
+
 # ---------------------------------------------------------------- downloads from a loopback server
 
 

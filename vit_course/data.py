@@ -279,9 +279,10 @@ def extract_cifar(archive, root):
 def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
     """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
 
-    The train loader shuffles, augments (CIFAR-10: crop with padding 2 + flip; MNIST: shifts of up to 2
-    pixels) and drops the last incomplete batch so every step has the same shape; the test loader keeps
-    the order and every sample.
+    The train loader shuffles, augments and drops the last incomplete batch so every step has the same
+    shape; the test loader keeps the order and every sample. ``augment``: True for the dataset's own
+    augmentation (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2 pixels), False for none,
+    or a function ``(uint8 batch, generator) -> uint8 batch``.
     """
     _check(name, "train")
     meta = DATASETS[name]
@@ -289,7 +290,7 @@ def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
     test_images, test_labels = load(name, "test", root)
     common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
     train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,
-                         augment=meta["augment"] if augment else None, **common)
+                         augment=meta["augment"] if augment is True else augment or None, **common)
     test = DeviceLoader(test_images, test_labels, batch_size, **common)
     return train, test
 

@@ -4,6 +4,7 @@ A recipe is a model config (``ViT`` keyword arguments) plus training settings. T
 measured on the course's reference machine (2 shared cores): see benchmarks/ and the numbers below.
 """
 
+import functools
 import os
 import platform
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import create_model, save_checkpoint, write_json
-from .data import loaders
+from .data import DATASETS, loaders
 from .device import pick_device
 from .train import fit
 
@@ -45,6 +46,7 @@ RECIPES = {
                       mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(64, 128)),
         "train": dict(epochs=10, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5,
                       label_smoothing=0.1, min_lr=1e-5),
+        "augment": dict(padding=2),  # keywords for the dataset's augmentation (cifar_augment: crop padding)
         "time_budget": 1760,  # seconds for the whole command, start-up included (target: 1800)
         "reserve": 10,
     },
@@ -160,7 +162,9 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         torch.set_num_threads(pick_threads(threads))
     torch.manual_seed(seed)
     model = create_model(recipe["model"])  # the weights depend on the seed only
-    train, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed)
+    augment = recipe.get("augment")  # None: the dataset's standard augmentation
+    augment = functools.partial(DATASETS[recipe["dataset"]]["augment"], **augment) if augment else True
+    train, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed, augment=augment)
     if subset is not None:
         for loader in (train, test):
             loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]
@@ -183,7 +187,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         "cpu_load_before": load_before, "cpu_load_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     save_checkpoint(out / "model.pt", model.cpu(), recipe["model"], history, metrics,
-                    recipe=name, settings={**settings, "batch_size": batch_size})
+                    recipe=name, settings={**settings, "batch_size": batch_size, "augment": recipe.get("augment")})
     (out / "checkpoint.pt").unlink(missing_ok=True)  # the resumable one (with optimizer state) is done
     plot_curves(history, out / "curves.png", title=f"{name}: {metrics['test_accuracy']:.2%} test accuracy")
     metrics["wall_seconds"] = round(time.perf_counter() - started, 1)

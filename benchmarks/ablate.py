@@ -1,0 +1,57 @@
+"""A recipe with some settings changed, trained under a (short) time budget: how the recipes' choices were made.
+
+Each --set is SECTION.KEY=VALUE, SECTION one of model, train, augment (VALUE is read as a Python literal).
+Runs one ``train_recipe`` in this process and prints the settings changed, accuracy, epochs and wall seconds.
+Compare candidates one after another on an otherwise idle machine, at the same budget.
+
+    python benchmarks/ablate.py cifar10 --budget 330 --set augment.padding=4
+    python benchmarks/ablate.py cifar10 --budget 330 --set augment.padding=0
+    python benchmarks/ablate.py mnist --budget 140 --set model.depth=4 --set model.dim=64
+"""
+
+import argparse
+import ast
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+started = time.perf_counter()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vit_course import recipes  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=sorted(recipes.RECIPES))
+    parser.add_argument("--budget", type=float, required=True, help="seconds for the whole run")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="default: runs/ablate/NAME")
+    args = parser.parse_args(argv)
+    recipe = copy.deepcopy(recipes.RECIPES[args.name])
+    changes = {}
+    for item in args.set:
+        key, _, text = item.partition("=")
+        section, _, field = key.partition(".")
+        if section not in ("model", "train", "augment") or not field or not text:
+            parser.error(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION model, train or augment")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            parser.error(f"--set {item!r}: {text!r} is not a Python literal (a number, string, tuple, ...)")
+        recipe.setdefault(section, {})
+        recipe[section] = {**(recipe[section] or {}), field: tuple(value) if isinstance(value, list) else value}
+        changes[key] = value
+    recipes.RECIPES[args.name] = recipe  # this process only
+    out = args.out or f"runs/ablate/{args.name}"
+    metrics = recipes.train_recipe(args.name, out=out, seed=args.seed, time_budget=args.budget, started=started,
+                                   progress=False)
+    print(json.dumps({"recipe": args.name, "set": changes, "test_accuracy": metrics["test_accuracy"],
+                      "epochs": metrics["epochs"], "wall_seconds": metrics["wall_seconds"],
+                      "threads": metrics["threads"], "cpu_load_before": metrics["cpu_load_before"]}))
+
+
+if __name__ == "__main__":
+    main()
