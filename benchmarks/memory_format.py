@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vit_course.checkpoint import create_model  # noqa: E402
 from vit_course.recipes import RECIPES  # noqa: E402
-from vit_course.train import param_groups  # noqa: E402
+from vit_course.train import param_groups, train_step  # noqa: E402
 
 
 def variant(config, batch_size, channels_last):
@@ -33,13 +32,6 @@ def variant(config, batch_size, channels_last):
     size, channels = config["image_size"], config["in_channels"]
     x, y = torch.randn(batch_size, channels, size, size), torch.randint(0, config["num_classes"], (batch_size,))
     return model, optimizer, x, y
-
-
-def step(model, optimizer, x, y):
-    loss = F.cross_entropy(model(x), y)
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
 
 
 def main():
@@ -58,10 +50,10 @@ def main():
     times = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, (model, optimizer, x, y) in variants.items():
-            step(model, optimizer, x, y)  # warm-up: the first step of a round pays for allocations
+            train_step(model, x, y, optimizer)  # warm-up: the first step of a round pays for allocations
             start = time.perf_counter()
             for _ in range(args.steps):
-                step(model, optimizer, x, y)
+                train_step(model, x, y, optimizer)
             times[name].append((time.perf_counter() - start) / args.steps / batch_size * 1e6)
     print(f"{args.recipe} recipe, batch {batch_size}, {torch.get_num_threads()} threads, {args.rounds} rounds")
     for name, ts in times.items():
