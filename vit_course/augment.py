@@ -87,9 +87,12 @@ def random_translate(images, max_shift=2, generator=None):
     return random_crop_flip(images, padding=max_shift, flip=False, generator=generator)
 
 
-def mnist_augment(images, generator=None):
-    """MNIST's training augmentation: shifts of up to 2 pixels. (b, 1, 28, 28) -> (b, 1, 28, 28)."""
-    return random_translate(images, max_shift=2, generator=generator)
+def mnist_augment(images, generator=None, max_shift=2):
+    """MNIST's training augmentation: shifts of up to ``max_shift`` pixels. (b, 1, 28, 28) -> (b, 1, 28, 28).
+
+    A recipe may choose a smaller shift (``RECIPES["mnist"]["augment"]``).
+    """
+    return random_translate(images, max_shift=max_shift, generator=generator)
 
 
 def cifar_augment(images, generator=None, padding=4):
