@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -78,27 +79,38 @@ def test_pick_threads(monkeypatch):
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
-def test_busy_cores_sees_a_busy_core():
+def test_busy_cores_counts_other_processes_only():
+    """Another process spinning shows up as about one core; a thread of this process spinning does not (those
+    are the threads about to train)."""
+    import subprocess
     import threading
 
     from vit_course.recipes import busy_cores
 
+    idle = busy_cores(0.3)
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # past its start-up
+        with_other = busy_cores(0.5)
+    finally:
+        other.kill()
+        other.wait()
     stop = threading.Event()
 
     def spin():  # keeps one core busy (pure Python holds the GIL, so this is one core at most)
         while not stop.is_set():
             pass
 
-    idle = busy_cores(0.3)
     worker = threading.Thread(target=spin)
     worker.start()
     try:
-        spinning = busy_cores(0.3)
+        with_own = busy_cores(0.5)
     finally:
         stop.set()
         worker.join()
     assert 0 <= idle <= (os.cpu_count() or 1) + 0.1
-    assert spinning - idle >= 0.6, (idle, spinning)  # the spinning thread shows up as about one core
+    assert with_other - idle >= 0.6, (idle, with_other)  # the other process: about one core
+    assert with_own - idle <= 0.4, (idle, with_own)  # our own thread is not counted
 
 
 def test_recipe_augmentation_reaches_the_loader(monkeypatch):
