@@ -58,6 +58,20 @@ RECIPES = {
         "time_budget": 1775,  # seconds for the whole command, start-up included (target: 1800)
         "reserve": 10,
     },
+    # CIFAR-10, the paper's own architecture (no conv stem): 4x4 patches of the 32x32 image give an 8x8 grid,
+    # a class token, a learned 1D position table and 6 pre-norm blocks, classified from the class token. It
+    # learns locality from data, so it trains for a fixed number of epochs, not a time budget: a long run,
+    # resumable (--resume), whose weights chapter 08 inspects. Choices: benchmarks/plain_recipe.py.
+    "cifar10-plain": {
+        "dataset": "cifar10",
+        "model": dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,
+                      mlp_ratio=2.0, pool="cls", pos_embed="learned"),
+        "train": dict(epochs=80, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=5,
+                      label_smoothing=0.1, min_lr=1e-5),
+        "augment": dict(padding=4),
+        "time_budget": None,
+        "reserve": 0,
+    },
     # A GPU preset for e.g. Colab's T4, sized on paper from FLOP counts: it cannot be run here (no GPU), so
     # no accuracy is claimed for it. One training step costs 0.70 GFLOP per image (torch's FlopCounterMode;
     # the CPU recipes: 0.068 and 0.23), so 35 TFLOP per epoch of 50k images. A T4 peaks at 65 TFLOP/s in
