@@ -1,11 +1,13 @@
 """Build the course book offline, with warnings as errors, and check that nothing in it comes from outside.
 
     python book/build.py [--out DIR] [--all]
+    VIT_COURSE_REPO=git+https://github.com/OWNER/REPO@BRANCH python book/build.py   # a fork's Colab/Binder links
 
 Renders the stored outputs of solutions/NN_*.ipynb (never executes them) with Jupyter Book 1 into
 DIR/_build/html (default: book/_build/html), then scans the HTML and CSS for scripts, styles, fonts or
 images fetched from another host. Exits non-zero on a missing chapter, any Sphinx warning (a broken
-cross-reference, a file missing from or left out of the toc) or any external asset; prints where the book is.
+cross-reference, a file missing from or left out of the toc, a VIT_COURSE_REPO not on GitHub) or any external
+asset; prints where the book is. The Colab and Binder links follow VIT_COURSE_REPO (book/_ext/course_links.py).
 """
 
 import argparse

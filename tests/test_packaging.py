@@ -1,8 +1,13 @@
 """The project's install files agree with each other."""
 
+import importlib.metadata
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 import yaml
 
@@ -15,12 +20,13 @@ def requirement_name(spec):
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + project["optional-dependencies"]["dev"]
+    extras = project["optional-dependencies"]
+    specs = project["dependencies"] + extras["dev"] + extras["lab"]
     wanted = {requirement_name(s): s.replace(" ", "") for s in specs}
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     got = {requirement_name(s): s.replace(" ", "") for s in pip if not s.startswith("-e")}
-    assert got == wanted, "environment.yml's pip list must equal pyproject's dependencies + dev extra"
+    assert got == wanted, "environment.yml's pip list must equal pyproject's dependencies + dev and lab extras"
     assert "-e ." in pip, "environment.yml must install the package itself"
     python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
     assert python.startswith("python=3.1")
@@ -35,3 +41,35 @@ def test_binder_post_build_is_executable():
     post_build = ROOT / "postBuild"  # Binder ignores root files when a binder/ folder exists
     assert post_build.stat().st_mode & 0o111
     assert "vit_course notebooks" in post_build.read_text()
+
+
+def test_make_setup_installs_the_lab_extra_and_make_lab_opens_the_notebooks():
+    lab = {requirement_name(s) for s in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["lab"]}
+    assert {"jupyterlab", "nbconvert"} <= lab
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r'pip install --quiet -e "\.\[dev,lab\]"', makefile)
+    recipe = re.search(r"^lab: setup\n\t(.+)$", makefile, re.M)
+    assert recipe and recipe.group(1) == "$(VENV)/bin/jupyter lab notebooks/"
+    readme = (ROOT / "README.md").read_text()
+    assert "make lab" in readme and ".venv/bin/jupyter lab notebooks/" in readme
+
+
+def _version(name):
+    try:
+        return tuple(int(p) for p in re.findall(r"\d+", importlib.metadata.version(name))[:3])
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{name} is not installed here (make setup installs it)")
+
+
+def test_jupyterlab_runs_and_displays_this_ipywidgets():
+    """The environment `make setup` made: JupyterLab 4 starts, and its widget extension fits the ipywidgets here
+    (ipywidgets 8 needs jupyterlab_widgets 3; ipywidgets 7.7-7.8 need 1.1.11+, the 1.x that loads in JupyterLab 4)."""
+    assert _version("jupyterlab")[0] == 4 and _version("nbconvert")[0] >= 7
+    widgets, extension = _version("ipywidgets"), _version("jupyterlab_widgets")
+    assert extension[0] == 3 if widgets[0] == 8 else (1, 1, 11) <= extension < (2,), (widgets, extension)
+    manager = Path(sys.prefix) / "share/jupyter/labextensions/@jupyter-widgets/jupyterlab-manager/package.json"
+    assert "^4" in json.loads(manager.read_text())["dependencies"]["@jupyterlab/application"]
+    lab = Path(sys.executable).parent / "jupyter-lab"
+    run = subprocess.run([str(lab), "--version"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("4."), run.stdout + run.stderr

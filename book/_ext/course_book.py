@@ -1,10 +1,12 @@
-"""The course book's Sphinx extension: loads the chapter and results helpers that sit beside it."""
+"""The course book's Sphinx extension: loads the link, chapter and results helpers that sit beside it."""
 
 import course_chapters
+import course_links
 import course_results
 
 
 def setup(app):
+    course_links.setup(app)
     course_chapters.setup(app)
     course_results.setup(app)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -3,6 +3,8 @@
 The chapters are the solution notebooks themselves (book/chapters -> ../solutions); nothing here edits them.
 - `fold_solutions` tags every exercise cell (one holding `### BEGIN SOLUTION`) `hide-input` while the notebook
   is read, so the page shows the solution behind a "Show solution" toggle and its outputs open.
+- `label_setup` names the toggle of the setup cell, which its own `hide-cell` tag (written by
+  `python -m vit_course notebooks`) folds, input and output, so each chapter opens with its story.
 - `LocalAssets` swaps the Colab badge's remote SVG for `_static/colab-badge.svg` and warns (an error under -W)
   about any other image, script or style that would be fetched from outside: the book must read offline.
 - The same pass finds each chapter's Colab link and warns unless it opens `notebooks/<chapter>.ipynb`, a
@@ -13,6 +15,7 @@ import json
 import re
 from pathlib import Path
 
+from course_links import COLAB_LINK, binder_url, colab_url
 from docutils import nodes
 from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
@@ -23,10 +26,8 @@ logger = logging.getLogger(__name__)
 SOLUTION_MARKER = "### BEGIN SOLUTION"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 LOCAL_BADGE = "_static/colab-badge.svg"
-COLAB_LINK = re.compile(
-    r"https://colab\.research\.google\.com/github/(?P<repo>[\w.-]+/[\w.-]+)/blob/(?P<branch>[^/\s\"']+)/"
-    r"(?P<path>[^?#\s\"')]+\.ipynb)"
-)
+SETUP_PROMPTS = {"code_prompt_show": "Show the setup: install on Colab, seed, pick the device",
+                 "code_prompt_hide": "Hide the setup"}
 # An attribute that makes a browser fetch something: src= on any tag, href= on <link>, url(...) in a style.
 EXTERNAL_FETCH = re.compile(
     r"""(?:\bsrc\s*=\s*["']?|<link\b[^>]*\bhref\s*=\s*["']?|url\(\s*["']?)((?:https?:)?//[^"'\s)>]+)""", re.I
@@ -54,12 +55,23 @@ def fold_solutions(notebook):
     return folded
 
 
+def label_setup(notebook):
+    """Name the toggle of the setup cell (tagged `setup`) when a tag folds it; returns how many were named."""
+    named = 0
+    for cell in notebook.get("cells", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.get("cell_type") == "code" and "setup" in tags and {"hide-cell", "hide-input"} & set(tags):
+            cell["metadata"]["mystnb"] = {**SETUP_PROMPTS, **cell["metadata"].get("mystnb", {})}
+            named += 1
+    return named
+
+
 def on_source_read(app, docname, source):
-    """Fold the solutions of a notebook chapter as Sphinx reads it (the file on disk is untouched)."""
+    """Fold the solutions of a notebook chapter and name its setup toggle as Sphinx reads it (not on disk)."""
     if not str(app.env.doc2path(docname)).endswith(".ipynb"):
         return
     notebook = json.loads(source[0])
-    if fold_solutions(notebook):
+    if fold_solutions(notebook) + label_setup(notebook):
         source[0] = json.dumps(notebook)
 
 
@@ -149,10 +161,8 @@ def fill_course_map(app, doctree, fromdocname):
             title += ref
             cells = [nodes.paragraph(text=str(number)), title]
             if doc in colab:
-                repo, branch, path = colab[doc]
-                colab_url = f"https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
-                binder_url = f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/{path}"
-                cells += [_link(colab_url, "Open in Colab"), _link(binder_url, "Open on Binder")]
+                links = colab[doc]  # (repo, branch, path of the student notebook)
+                cells += [_link(colab_url(*links), "Open in Colab"), _link(binder_url(*links), "Open on Binder")]
             else:
                 cells += [nodes.paragraph(text="—"), nodes.paragraph(text="—")]
             rows.append(cells)
