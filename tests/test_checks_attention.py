@@ -111,12 +111,26 @@ def test_ipython_shows_the_message_alone():
 # --- SelfAttention --------------------------------------------------------------------------------------------
 
 class SelfAttentionSDPA(nn.Module):
+    """The API of the course: forward gives the output, attention_weights the (b, n, n) weights."""
+
     def __init__(self, dim, head_dim):
         super().__init__()
         self.q, self.k, self.v = (nn.Linear(dim, head_dim, bias=False) for _ in range(3))
 
+    def forward(self, x, mask=None):
+        return sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionOldAPI(SelfAttentionSDPA):
+    """The former API (return_attention=True gives (out, weights)), no attention_weights: still accepted."""
+
+    attention_weights = None
+
     def forward(self, x, mask=None, return_attention=False):
-        out, weights = sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)
+        out, weights = sdpa(self.q(x), self.k(x), self.v(x), mask)
         return (out, weights) if return_attention else out
 
 
@@ -125,17 +139,17 @@ class SelfAttentionWrong(SelfAttentionSDPA):
         super().__init__(dim, head_dim)
         self.kw, self.dim = kw, dim
 
-    def forward(self, x, mask=None, return_attention=False):
+    def forward(self, x, mask=None):
         kw = dict(self.kw)
         if kw.pop("by_dim", False):
             kw["scale"] = 1 / math.sqrt(self.dim)
-        out, weights = sdpa(self.q(x), self.k(x), self.v(x), mask, **kw)
-        return (out, weights) if return_attention else out
+        return sdpa(self.q(x), self.k(x), self.v(x), mask, **kw)[0]
 
 
 def test_self_attention_accepts(capsys):
     accepts(checks.SelfAttention, ref.SelfAttention, capsys)
     accepts(checks.SelfAttention, SelfAttentionSDPA, capsys)
+    accepts(checks.SelfAttention, SelfAttentionOldAPI, capsys)
 
 
 class SelfAttentionBias(SelfAttentionSDPA):
@@ -169,7 +183,15 @@ def split_view(x, h):
 
 def split_ok(x, h):
     b, n, width = x.shape
+    if width % h:
+        raise ValueError(f"{width} features cannot be split into {h} heads")
     return x.view(b, n, h, width // h).permute(0, 2, 1, 3)
+
+
+def split_unflatten(x, h):
+    if x.shape[-1] % h:
+        raise ValueError(f"width {x.shape[-1]} is not divisible by num_heads={h}")
+    return x.unflatten(-1, (h, -1)).transpose(1, 2)
 
 
 @pytest.mark.parametrize("impl, hint", [
@@ -181,7 +203,7 @@ def test_split_heads_rejects(impl, hint):
     rejects(checks.split_heads, impl, hint)
 
 
-@pytest.mark.parametrize("impl", [ref.split_heads, split_ok, lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2)])
+@pytest.mark.parametrize("impl", [ref.split_heads, split_ok, split_unflatten])
 def test_split_heads_accepts(impl, capsys):
     accepts(checks.split_heads, impl, capsys)
 
@@ -208,21 +230,34 @@ class MHATimmStyle(nn.Module):
 
     def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
         super().__init__()
-        self.num_heads = num_heads
+        if dim % num_heads:
+            raise ValueError(f"{dim} is not divisible by {num_heads}")
+        self.num_heads, self.dim = num_heads, dim
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=qkv_bias), nn.Linear(dim, dim)
+        self.attn_drop, self.proj_drop = nn.Dropout(attn_drop), nn.Dropout(proj_drop)
 
-    def forward(self, x, mask=None, return_attention=False):
+    def heads(self, x):
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"expected (b, n, {self.dim}), got {tuple(x.shape)}")
+        b, n, _ = x.shape
+        return self.qkv(x).reshape(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+
+    def forward(self, x, mask=None):
         b, n, dim = x.shape
-        q, k, v = self.qkv(x).reshape(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = self.heads(x)
         out, weights = sdpa_einsum(q, k, v, mask)
-        out = self.proj(out.transpose(1, 2).reshape(b, n, dim))
-        return (out, weights) if return_attention else out
+        out = self.attn_drop(weights) @ v  # the explicit path's attention dropout
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, dim)))
+
+    def attention_weights(self, x, mask=None):
+        return sdpa_einsum(*self.heads(x), mask)[1]
 
 
 class MHAWrong(MHATimmStyle):
     mistake = None
 
-    def forward(self, x, mask=None, return_attention=False):
+    def forward(self, x, mask=None):
+        self.heads(x)  # validates x
         b, n, dim = x.shape
         h = self.num_heads
         qkv = self.qkv(x)
@@ -233,9 +268,9 @@ class MHAWrong(MHATimmStyle):
         else:
             q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=h)
         out, weights = sdpa(q, k, v, mask, scale=1 / math.sqrt(dim) if self.mistake == "scale" else None)
+        out = self.attn_drop(weights) @ v
         out = out.reshape(b, n, dim) if self.mistake == "merge" else ref.merge_heads(out)
-        out = out if self.mistake == "proj" else self.proj(out)
-        return (out, weights) if return_attention else out
+        return self.proj_drop(out if self.mistake == "proj" else self.proj(out))
 
 
 def mha_with(mistake):
@@ -263,3 +298,175 @@ def test_mha_rejects(impl, hint):
 @pytest.mark.parametrize("impl", [ref.MultiHeadAttention, MHATimmStyle, mha_with(None)])
 def test_mha_accepts(impl, capsys):
     accepts(checks.MultiHeadAttention, impl, capsys)
+
+
+# --- more slips, each named (issue "The learner's path") ------------------------------------------------------
+
+def sdpa_scaled_after_softmax(q, k, v, mask=None):
+    weights = sdpa(q, k, v, mask, scale=1.0)[1] / math.sqrt(q.shape[-1])
+    return weights @ v, weights
+
+
+def sdpa_mask_added(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = (scores if mask is None else scores + mask).softmax(-1)
+    return weights @ v, weights
+
+
+def sdpa_half_only(q, k, v, mask=None):
+    raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")  # torch's own, not the stub
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (lambda q, k, v, mask=None: sdpa(q, k, v, mask, scale=math.sqrt(q.shape[-1])), "multiplied by sqrt"),
+    (lambda q, k, v, mask=None: sdpa(q, k, v, mask, scale=1 / math.sqrt(q.shape[-2])), "scaled with the wrong size"),
+    (sdpa_scaled_after_softmax, "applied after the softmax: scale the scores before it"),
+    (sdpa_mask_added, "boolean mask was added to the scores"),
+    (sdpa_half_only, r"raised NotImplementedError: .*Half(?s:.*)likely cause: this operation has no float16"),
+])
+def test_sdpa_rejects_more_mistakes(impl, hint):
+    rejects(checks.scaled_dot_product_attention, impl, hint)
+
+
+def test_describe_gives_one_short_line():
+    from vit_course.checks.messages import describe
+
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    assert describe(optimizer) == "SGD(lr=0.5, momentum=0.9)"
+    assert describe(torch.optim.AdamW(model.parameters(), lr=1e-3)).startswith("AdamW(lr=0.001, betas=(0.9, 0.999)")
+    assert describe(model) == "Linear(in_features=3, out_features=2, bias=True)"
+    assert describe(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == "Sequential"
+    assert describe(torch.zeros(2, 3, dtype=torch.long)) == "int64 tensor(2, 3)"
+    assert describe(torch.zeros(2) > 0) == "bool tensor(2,)"
+    assert describe((4, 4)) == "(4, 4)" and describe([]) == "[]"
+    assert describe([torch.zeros(2)] * 6) == "list of 6 tensors (2,)"
+    assert describe(x for x in ()) == "a generator" and describe(math.sqrt) == "function sqrt"
+    assert describe(ref.SelfAttention) == "class SelfAttention"
+    for value in (optimizer, "x" * 100, {"a": torch.zeros(50, 50)}, ref.ViT(image_size=8, patch_size=4, dim=8,
+                                                                            depth=1, num_heads=2, num_classes=2)):
+        assert "\n" not in describe(value) and len(describe(value)) <= 80
+
+
+class SelfAttentionRoles(SelfAttentionSDPA):
+    def forward(self, x, mask=None):
+        return sdpa(self.q(x), self.v(x), self.k(x), mask)[0]  # keys from v, values from k
+
+
+class SelfAttentionMaskDropped(SelfAttentionSDPA):
+    def forward(self, x, mask=None):
+        return sdpa(self.q(x), self.k(x), self.v(x))[0]
+
+
+class SelfAttentionWeightsAreOutput(SelfAttentionSDPA):
+    def attention_weights(self, x, mask=None):
+        return self(x, mask)
+
+
+class SelfAttentionWeightsNoMask(SelfAttentionSDPA):
+    def attention_weights(self, x, mask=None):
+        return sdpa(self.q(x), self.k(x), self.v(x))[1]
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (SelfAttentionRoles, r"wrong roles \(queries from self.q, keys from self.v, values from self.k\)"),
+    (SelfAttentionMaskDropped, "mask seems not to reach the attention"),
+    (SelfAttentionWeightsAreOutput, r"weights from attention_weights has shape .*\n(.*\n)*.*this is the output"),
+    (SelfAttentionWeightsNoMask, "mask seems not to reach the weights"),
+])
+def test_self_attention_rejects_more(impl, hint):
+    rejects(checks.SelfAttention, impl, hint)
+
+
+def split_no_check(x, h):
+    b, n, width = x.shape
+    return x[..., : width // h * h].reshape(b, n, h, -1).transpose(1, 2)  # silently drops features
+
+
+def split_names_one(x, h):
+    if x.shape[-1] % h:
+        raise ValueError(f"width {x.shape[-1]} cannot be split evenly")
+    return ref.split_heads(x, h)
+
+
+def split_vague_error(x, h):
+    if x.shape[-1] % h:
+        raise ValueError("bad width")
+    return ref.split_heads(x, h)
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (lambda x, h: rearrange(x, "b n (h d) -> b h n d", h=h),
+     "a width of 10 is not divisible by 4 heads: expected a ValueError, your code raised EinopsError"),
+    (split_no_check, "not divisible by 4 heads: expected a ValueError, your code returned tensor"),
+    (split_names_one, "which does not name 4"),
+    (split_vague_error, "your ValueError says 'bad width', which does not name 10 and 4"),
+    (lambda x, h: rearrange(x, "b n (h d) -> b h n d", d=h), "num_heads was used as the width of a head"),
+])
+def test_split_heads_rejects_more(impl, hint):
+    rejects(checks.split_heads, impl, hint)
+
+
+def test_merge_heads_message_reads_clearly():
+    with pytest.raises(CheckFailed) as info:
+        checks.merge_heads(lambda x: x.reshape(x.shape[0], x.shape[2], -1))
+    cause = str(info.value).split("likely cause: ")[1]
+    assert cause == ("your heads look merged without a transpose: `.reshape(b, n, h * d)` on the (b, h, n, d) "
+                     "tensor mixes tokens and heads; first bring the tokens in front of the heads, x.transpose(1, 2) "
+                     "gives (b, n, h, d), then flatten the last two axes")
+    with pytest.raises(CheckFailed, match="transposed or permuted tensor is not contiguous in memory: use .reshape"):
+        checks.merge_heads(lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1))
+
+
+class MHAFused(nn.Module):
+    """The fused kernel, as the exercise asks (a correct variant); ``slip`` names one mistake."""
+
+    slip = None
+
+    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
+        super().__init__()
+        if dim % num_heads and self.slip != "no_init_check":
+            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
+        self.dim, self.num_heads = dim, num_heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=qkv_bias), nn.Linear(dim, dim)
+        self.attn_drop, self.proj_drop = nn.Dropout(attn_drop), nn.Dropout(proj_drop)
+
+    def split(self, x):
+        if self.slip != "no_x_check" and (x.ndim != 3 or x.shape[-1] != self.dim):
+            raise ValueError(f"expected (b, n, {self.dim}), got {tuple(x.shape)}")
+        return rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads).unbind(0)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.split(x)
+        p = {"eval_dropout": self.attn_drop.p, "no_dropout": 0.0}.get(
+            self.slip, self.attn_drop.p if self.training else 0.0)
+        out = self.proj(ref.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)))
+        return F.dropout(out, self.proj_drop.p) if self.slip == "F.dropout" else self.proj_drop(out)
+
+    def attention_weights(self, x, mask=None):
+        weights = sdpa(*self.split(x), mask)[1]
+        if self.slip == "weights_dropout":
+            weights = self.attn_drop(weights)
+        return weights.mean(1) if self.slip == "weights_mean" else weights
+
+
+def fused(slip):
+    return type("MultiHeadAttention", (MHAFused,), {"slip": slip})
+
+
+@pytest.mark.parametrize("slip, hint", [
+    ("eval_dropout", r"with attn_drop=0.5, in eval mode two calls on the same input gave different outputs"
+                     r"(.|\n)*attention dropout is applied in eval mode"),
+    ("no_dropout", r"with attn_drop=0.5, in training mode two calls(.|\n)*attn_drop seems ignored"),
+    ("F.dropout", r"with proj_drop=0.5, in eval mode(.|\n)*output dropout is applied in eval mode"),
+    ("weights_dropout", "attention_weights applies the attention dropout"),
+    ("weights_mean", r"one \(n, n\) map per head"),
+    ("no_init_check", "dim=10 is not divisible by num_heads=3: expected a ValueError, your code returned"),
+    ("no_x_check", "tokens of width 13 .*: expected a ValueError, your code raised RuntimeError"),
+])
+def test_mha_rejects_more(slip, hint):
+    rejects(checks.MultiHeadAttention, fused(slip), hint)
+
+
+def test_mha_accepts_the_fused_kernel(capsys):
+    accepts(checks.MultiHeadAttention, fused(None), capsys)

@@ -23,10 +23,12 @@ class MLPErf(nn.Module):
     def __init__(self, dim, hidden_dim, drop=0.0):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
+        self.drop = drop
 
     def forward(self, x):
         h = self.fc1(x)
-        return self.fc2(0.5 * h * (1 + torch.erf(h / math.sqrt(2))))  # exact GELU, written out
+        h = F.dropout(0.5 * h * (1 + torch.erf(h / math.sqrt(2))), self.drop, self.training)  # exact GELU
+        return F.dropout(self.fc2(h), self.drop, self.training)
 
 
 class MLPNames(nn.Module):
@@ -102,6 +104,8 @@ def test_layernorm_accepts(impl, capsys):
 class DropPathTimm(nn.Module):
     def __init__(self, p=0.0):
         super().__init__()
+        if not 0 <= p < 1:
+            raise ValueError(f"p={p} is not in [0, 1)")
         self.p = p
 
     def forward(self, x):
@@ -129,7 +133,7 @@ def drop(scale=lambda p: 1 / (1 - p), elementwise=False, in_eval=False, keep_is_
     (drop(scale=lambda p: 1 - p), "multiplied by"),
     (drop(in_eval=True), "eval mode"),
     (drop(keep_is_p=True), "probability to drop"),
-    (drop(inplace=True), "in place"),
+    (drop(inplace=True), "changed its input `x` in place"),
 ])
 def test_droppath_rejects(impl, hint):
     rejects(checks.DropPath, impl, hint)
@@ -154,23 +158,26 @@ def block(kind):
         if kind == "nores":
             x = attn(self.norm1(x))
             return x + self.mlp(self.norm2(x))
-        x = x + attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path1(self.ls1(attn(self.norm1(x))))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
     return type("EncoderBlock", (ref.EncoderBlock,), dict(forward=forward))
 
 
 class BlockOwnParts(nn.Module):
     """A block from the learner's own parts, with nn.LayerNorm's default eps (1e-5): close enough."""
 
-    def __init__(self, dim, num_heads, mlp_ratio=4.0):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = ref.MultiHeadAttention(dim, num_heads)
-        self.mlp = ref.MLP(dim, int(dim * mlp_ratio))
+        self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop)
+        self.ls1, self.ls2 = (ref.LayerScale(dim, init_values) if init_values else nn.Identity() for _ in range(2))
+        self.drop_path1, self.drop_path2 = (DropPathTimm(drop_path) for _ in range(2))
 
     def forward(self, x, mask=None):
-        x = x + self.attn(self.norm1(x), mask)
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
 @pytest.mark.parametrize("impl, hint", [
@@ -186,3 +193,119 @@ def test_block_rejects(impl, hint):
 @pytest.mark.parametrize("impl", [ref.EncoderBlock, block("ok"), BlockOwnParts])
 def test_block_accepts(impl, capsys):
     accepts(checks.EncoderBlock, impl, capsys)
+
+
+# --- more slips, each named (issue "The learner's path") ------------------------------------------------------
+
+class MLPNoBias(ref.MLP):
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__(dim, hidden_dim, drop)
+        self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
+
+
+class MLPFunctionalDropout(ref.MLP):
+    def forward(self, x):
+        return F.dropout(self.fc2(F.dropout(self.act(self.fc1(x)), self.drop1.p)), self.drop2.p)  # training=True
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (MLPNoBias, "the Linear layers need their bias"),
+    (MLPFunctionalDropout, r"with drop=0.5, in eval mode two calls(.|\n)*dropout is applied in eval mode"),
+    (subclass(ref.MLP, lambda self, x: self.fc2(self.act(self.fc1(x)))), r"in training mode(.|\n)*drop seems ignored"),
+])
+def test_mlp_rejects_more(impl, hint):
+    rejects(checks.MLP, impl, hint)
+
+
+class LayerNormPlainTensors(ref.LayerNorm):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps)
+        del self.weight, self.bias
+        self.weight, self.bias = torch.ones(dim), torch.zeros(dim)
+
+
+class LayerNormRandomStart(ref.LayerNorm):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps)
+        self.weight = nn.Parameter(torch.randn(dim))
+
+
+class LayerNormTorchDefault(ref.LayerNorm):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__(dim, eps)
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (LayerNormPlainTensors, r"`weight` should be an nn.Parameter, got tensor\(6,\)"),
+    (LayerNormRandomStart, "should start with `weight` all 1"),
+    (LayerNormTorchDefault, "the default eps is not 1e-6"),
+])
+def test_layernorm_rejects_more(impl, hint):
+    rejects(checks.LayerNorm, impl, hint)
+
+
+class DropPathOneCoin(DropPathTimm):
+    def forward(self, x):
+        if not self.training or self.p == 0:
+            return x
+        return x * (torch.rand(()) >= self.p) / (1 - self.p)  # one coin for the whole batch
+
+
+class DropPathNoCheck(DropPathTimm):
+    def __init__(self, p=0.0):
+        nn.Module.__init__(self)
+        self.p = p
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (DropPathOneCoin, r"samples were (dropped|kept) together(.|\n)*not one coin for the whole batch"),
+    (DropPathNoCheck, "p=1.0 is not a probability below 1: expected a ValueError"),
+])
+def test_droppath_rejects_more(impl, hint):
+    rejects(checks.DropPath, impl, hint)
+
+
+class BlockSlip(ref.EncoderBlock):
+    """The reference block with one slip."""
+
+    slip = None
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        ignore = {"qkv_bias": dict(qkv_bias=True), "init_values": dict(init_values=None),
+                  "drop_path": dict(drop_path=0.0)}.get(self.slip, {})
+        options = dict(qkv_bias=qkv_bias, drop=drop, attn_drop=attn_drop, drop_path=drop_path,
+                       init_values=init_values) | ignore
+        super().__init__(dim, num_heads, mlp_ratio, **options)
+        self.rate = drop_path
+
+    def forward(self, x, mask=None):
+        ls1, ls2 = (self.ls2, self.ls1) if self.slip == "swap_ls" else (self.ls1, self.ls2)
+        ls1, ls2 = (nn.Identity(), nn.Identity()) if self.slip == "no_ls" else (ls1, ls2)
+        if self.slip == "around_sum":
+            x = self.drop_path1(x + ls1(self.attn(self.norm1(x), mask=mask)))
+            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
+        if self.slip == "eval_drop_path":
+            keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
+            x = x + keep * self.attn(self.norm1(x), mask=mask)
+            return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path1(ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
+
+
+def block_slip(slip):
+    return type("EncoderBlock", (BlockSlip,), {"slip": slip})
+
+
+@pytest.mark.parametrize("slip, hint", [
+    ("qkv_bias", "qkv_bias=False seems ignored"), ("init_values", "ls1 and ls2 are LayerScale"),
+    ("no_ls", "LayerScale is not applied"), ("swap_ls", "ls1 and ls2 are swapped"),
+    ("around_sum", "DropPath is applied to x \\+ branch"), ("drop_path", "no residual branch was ever dropped"),
+    ("eval_drop_path", "in eval mode two calls on the same input gave different outputs"),
+])
+def test_block_rejects_more(slip, hint):
+    rejects(checks.EncoderBlock, block_slip(slip), hint)
+
+
+def test_block_accepts_the_slip_free_variant(capsys):
+    accepts(checks.EncoderBlock, block_slip(None), capsys)

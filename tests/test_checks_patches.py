@@ -11,6 +11,8 @@ from vit_course import checks
 
 from .check_helpers import accepts, rejects
 
+patch_grid = getattr(ref.patches, "patch_grid", None) or ref.patches.grid_size  # renamed from grid_size
+
 # --- patchify / unpatchify -----------------------------------------------------------------------------------
 
 def patchify_unfold(images, p):
@@ -27,7 +29,7 @@ def patchify_silent(images, p):  # no check: tensor.unfold drops the remainder
 
 
 def patchify_F_unfold(images, p):
-    ref.grid_size(images.shape[-2:], p)
+    patch_grid(images.shape[-2:], p)
     return F.unfold(images, p, stride=p).transpose(1, 2)  # (b, N, c*p*p): channels first
 
 
@@ -50,7 +52,9 @@ def test_patchify_accepts(impl, capsys):
 
 def unpatchify_reshape(patches, p, size):
     height, width = (size, size) if isinstance(size, int) else size
-    b, _, d = patches.shape
+    b, n, d = patches.shape
+    if height % p or width % p or n != (height // p) * (width // p) or d % (p * p):
+        raise ValueError(f"patches {tuple(patches.shape)} do not make a {height}x{width} image")
     grid = patches.reshape(b, height // p, width // p, p, p, d // (p * p))  # (b, gh, gw, p1, p2, c)
     return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, -1, height, width)
 
@@ -80,9 +84,14 @@ class PatchEmbeddingConv(nn.Module):
 
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__()
+        self.image_size, self.patch_size, self.in_channels = ref.patches.to_pair(image_size), patch_size, in_channels
+        self.grid_size = patch_grid(image_size, patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
 
     def forward(self, images):
+        if tuple(images.shape[1:]) != (self.in_channels, *self.image_size):
+            raise ValueError(f"images {tuple(images.shape)} do not fit {self.image_size}")
         return self.proj(images).flatten(2).transpose(1, 2)  # (b, N, dim)
 
 
@@ -113,6 +122,8 @@ def test_patch_embedding_accepts(impl, capsys):
 def embed_ok(tokens, cls_token, pos_embed):
     if cls_token is not None:
         tokens = torch.cat((cls_token.repeat(len(tokens), 1, 1), tokens), dim=1)
+    if pos_embed.shape[1] != tokens.shape[1]:
+        raise ValueError(f"pos_embed {tuple(pos_embed.shape)} does not fit tokens {tuple(tokens.shape)}")
     return tokens + pos_embed
 
 
@@ -145,13 +156,29 @@ class ViTParts(nn.Module):
     """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative)."""
 
     def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
-                 mistake=None):
+                 pool="cls", pos_embed="learned", class_token=None, drop_path=0.0, mistake=None):
         super().__init__()
-        n = (image_size // patch_size) ** 2
+        grid = image_size // patch_size
+        self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
         self.patch_embed = PatchEmbeddingConv(image_size, patch_size, in_channels, dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, n + 1, dim))
-        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio) for _ in range(depth))
+        self.k = 1 if mistake == "cls_always" else self.k
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim) + (mistake == "cls_random")) if self.k else None
+        if pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + self.k, dim) * (
+                1.0 if mistake == "pos_std1" else 0.02))
+        else:
+            table = ref.patches.sincos_position_embedding(grid, dim)
+            table = [table, torch.zeros(self.k, dim)] if mistake == "sincos_zero_last" else [torch.zeros(self.k, dim),
+                                                                                             table]
+            if mistake == "sincos_param":
+                self.pos_embed = nn.Parameter(torch.cat(table)[None])
+            else:
+                self.register_buffer("pos_embed", torch.cat(table)[None])
+        rate = {"rates_depth": lambda i: drop_path * i / depth, "rates_same": lambda i: drop_path,
+                "no_max": lambda i: drop_path * i / (depth - 1)}.get(
+            mistake, lambda i: drop_path * i / max(depth - 1, 1))
+        rates = [rate(i) for i in range(depth)]
+        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, drop_path=r) for r in rates)
         self.norm, self.head = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, num_classes)
         self.mistake = mistake
 
@@ -160,12 +187,13 @@ class ViTParts(nn.Module):
         if self.mistake == "append":
             x = torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
         else:
-            x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
+            x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
             x = x if self.mistake == "nopos" else x + self.pos_embed
         for blk in self.blocks:
             x = blk(x)
         x = x if self.mistake == "nonorm" else self.norm(x)
-        return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else x[:, 0])
+        pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
+        return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else pooled)
 
 
 def vit_with(mistake):
@@ -188,19 +216,25 @@ def test_vit_accepts(impl, capsys):
 
 def count(cls_token=True, biases=True, norms=True, head_bias=True):
     def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
-                         **_):
+                         pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None, **_):
+        k = int(pool == "cls" if class_token is None else class_token) if cls_token else 0
         hidden, n = int(dim * mlp_ratio), (image_size // patch_size) ** 2
-        block = 4 * dim * dim + 2 * dim * hidden + biases * (5 * dim + hidden) + norms * 4 * dim
-        return (patch_size ** 2 * in_channels * dim + biases * dim + cls_token * dim + (n + cls_token) * dim
+        block = (4 * dim * dim + 2 * dim * hidden + biases * (2 * dim + qkv_bias * 3 * dim + hidden) + norms * 4 * dim
+                 + 2 * dim * bool(init_values))
+        return (patch_size ** 2 * in_channels * dim + biases * dim + k * dim + (n + k) * dim * (pos_embed == "learned")
                 + depth * block + norms * 2 * dim + dim * num_classes + head_bias * num_classes)
     return count_parameters
 
 
-def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0):
-    linear = lambda i, o: i * o + o  # noqa: E731
+def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                    pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None):
+    linear = lambda i, o, bias=True: i * o + o * bias  # noqa: E731
+    k = int(pool == "cls" if class_token is None else class_token)
     hidden, n = int(dim * mlp_ratio), (image_size // patch_size) ** 2
-    block = 2 * 2 * dim + linear(dim, 3 * dim) + linear(dim, dim) + linear(dim, hidden) + linear(hidden, dim)
-    return linear(patch_size ** 2 * in_channels, dim) + dim + (n + 1) * dim + depth * block + 2 * dim + linear(
+    block = (2 * 2 * dim + linear(dim, 3 * dim, qkv_bias) + linear(dim, dim) + linear(dim, hidden)
+             + linear(hidden, dim) + (2 * dim if init_values else 0))
+    positions = (n + k) * dim if pos_embed == "learned" else 0
+    return linear(patch_size ** 2 * in_channels, dim) + k * dim + positions + depth * block + 2 * dim + linear(
         dim, num_classes)
 
 
@@ -220,16 +254,19 @@ def test_count_parameters_accepts(impl, capsys):
 
 # --- resample_position_embeddings ----------------------------------------------------------------------------
 
-def resample(mode="bicubic", keep_prefix=True, antialias=False, align_corners=False):
+def resample(mode="bicubic", keep_prefix=True, antialias=False, align_corners=False, dtype=True, check=True):
     def resample_position_embeddings(pos_embed, new_grid, num_prefix_tokens=1, old_grid=None):
         new = (new_grid, new_grid) if isinstance(new_grid, int) else tuple(new_grid)
         prefix, patches = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
         if old_grid is None:
             side = int(patches.shape[1] ** 0.5)
             old_grid = (side, side)
-        grid = patches.reshape(1, *old_grid, -1).permute(0, 3, 1, 2)  # (1, D, gh, gw)
+        if check and old_grid[0] * old_grid[1] != patches.shape[1]:
+            raise ValueError(f"{patches.shape[1]} patches do not fill the grid {old_grid}")
+        grid = patches.reshape(1, *old_grid, -1).permute(0, 3, 1, 2).float()  # (1, D, gh, gw)
         grid = F.interpolate(grid, size=new, mode=mode, align_corners=align_corners, antialias=antialias)
         patches = grid.permute(0, 2, 3, 1).reshape(1, new[0] * new[1], -1)
+        patches = patches.to(pos_embed.dtype) if dtype else patches
         return torch.cat([prefix, patches], 1) if keep_prefix else patches
     return resample_position_embeddings
 
@@ -245,3 +282,135 @@ def test_resample_rejects(impl, hint):
 @pytest.mark.parametrize("impl", [ref.resample_position_embeddings, resample(), resample(antialias=True)])
 def test_resample_accepts(impl, capsys):
     accepts(checks.resample_position_embeddings, impl, capsys)
+
+
+# --- more slips, each named (issue "The learner's path") ------------------------------------------------------
+
+@pytest.mark.parametrize("impl, hint", [
+    (lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p), "10 is not divisible by 4\\): "
+     "expected a ValueError, your code raised EinopsError"),
+    (lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1), r"no batch axis: expected a ValueError, your "
+     r"code returned tensor\(1,\)"),
+    (lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else x.reshape(len(x), -1, p * p * x.shape[1]),
+     "the image was only reshaped"),
+])
+def test_patchify_rejects_more(impl, hint):
+    rejects(checks.patchify, impl, hint)
+
+
+def unpatchify_no_check(patches, p, size):
+    height, width = (size, size) if isinstance(size, int) else size
+    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1]), "height and width are swapped"),
+    (unpatchify_no_check, r"cannot make a 12x12 image \(it has 9\): expected a ValueError, your code raised "
+                          r"EinopsError"),
+])
+def test_unpatchify_rejects_more(impl, hint):
+    rejects(checks.unpatchify, impl, hint)
+
+
+class PatchEmbeddingNoBias(ref.PatchEmbedding):
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__(image_size, patch_size, in_channels, dim)
+        self.proj = nn.Linear(patch_size * patch_size * in_channels, dim, bias=False)
+
+
+class PatchEmbeddingNoShapeCheck(ref.PatchEmbedding):
+    def forward(self, images):
+        return self.proj(ref.patchify(images, self.patch_size))  # a 12x16 image silently gives 12 tokens
+
+
+class PatchEmbeddingSizeAsInt(ref.PatchEmbedding):
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__(image_size, patch_size, in_channels, dim)
+        self.image_size = image_size
+
+
+class PatchEmbeddingNoGrid(PatchEmbeddingNoShapeCheck):
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__(image_size, patch_size, in_channels, dim)
+        del self.grid_size
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (PatchEmbeddingNoBias, "the projection has a bias"),
+    (PatchEmbeddingNoShapeCheck, "images of 12x16 pixels given to a model built for 8x12 .*: expected a ValueError, "
+                                 "your code returned tensor\\(2, 12, 10\\)"),
+    (PatchEmbeddingNoGrid, r"PatchEmbedding\(\(8, 12\), 4, 3, 10\).grid_size should be \(2, 3\), got None"),
+])
+def test_patch_embedding_rejects_more(impl, hint):
+    rejects(checks.PatchEmbedding, impl, hint)
+
+
+def test_patch_embedding_rejects_an_image_size_that_is_not_a_pair():
+    rejects(checks.PatchEmbedding, type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {}), "image_size")
+
+
+def embed_no_check(tokens, cls_token, pos_embed):
+    if cls_token is not None:
+        tokens = torch.cat([cls_token.expand(len(tokens), -1, -1), tokens], 1)
+    return tokens + pos_embed
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1) + p[:, -1:], t + p[:, :-1]], 1),
+     "the positions are shifted"),
+    (lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1), t + p[:, :-1]], 1),
+     "the class token got no position and the patches got rows 0..N-1"),
+    (embed_no_check, r"no row for the class token: expected a ValueError, your code raised RuntimeError"),
+    (lambda t, c, p: embed_ok(t, c, p) if p.shape[1] != 1 else embed_no_check(t, c, p),
+     r"pos_embed \(1, 1, 6\) has one row, not 5 \(broadcasting would add that row to every token\): expected a "
+     r"ValueError, your code returned tensor\(2, 5, 6\)"),
+])
+def test_class_token_rejects_more(impl, hint):
+    rejects(checks.add_class_token_and_position, impl, hint)
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    ("sincos_param", r"with pos_embed='sincos' the position table is an nn.Parameter: 1,088 trainable parameters too "
+                     r"many \(\+1,088\)(.|\n)*register_buffer"),
+    ("sincos_zero_last", "the class token's zero row goes in front"),
+    ("mean_all", "mean pooling averages the class token in with the patches"),
+    ("cls_always", "with pool='mean' and class_token=None there is no class token"),
+    ("rates_depth", r"drop-path rates are \[0.0, 0.075, 0.15, 0.225\], expected \[0.0, 0.1, 0.2, 0.3\](.|\n)*"
+                    r"divide by depth - 1"),
+    ("rates_same", "every block gets the same rate"),
+    ("no_max", "raised ZeroDivisionError"),
+    ("cls_random", "cls_token should be zeros"),
+    ("pos_std1", r"pos_embed should be small random numbers \(std 0.02\)"),
+])
+def test_vit_rejects_more(mistake, hint):
+    rejects(checks.ViT, vit_with(mistake), hint)
+
+
+def count_float(**cfg):
+    return float(ref.count_parameters(**cfg))
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (lambda **cfg: count()(**{**cfg, "pos_embed": "learned"}), "a sin-cos position table is a buffer"),
+    (lambda **cfg: count()(**{**cfg, "class_token": True}), "with pool='mean' there is no class token unless"),
+    (lambda **cfg: count()(**{**cfg, "class_token": None}), "class_token=True adds a class token"),
+    (lambda **cfg: count()(**{**cfg, "qkv_bias": True}), "qkv_bias=False: the qkv layers have no bias"),
+    (lambda **cfg: count()(**{**cfg, "init_values": None}), "two LayerScales"),
+    (count_float, "the count should be an int, got float"),
+])
+def test_count_parameters_rejects_more(impl, hint):
+    rejects(checks.count_parameters, impl, hint)
+
+
+def resample_old_grid_swapped(pos_embed, new_grid, num_prefix_tokens=1, old_grid=None):
+    old_grid = None if old_grid is None else tuple(old_grid)[::-1]
+    return ref.resample_position_embeddings(pos_embed, new_grid, num_prefix_tokens, old_grid)
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (resample(dtype=False), "float16 position embeddings came back as torch.float32"),
+    (resample_old_grid_swapped, r"old_grid is \(rows, columns\)"),
+    (resample(check=False), "do not form a square grid .*: expected a ValueError, your code raised RuntimeError"),
+])
+def test_resample_rejects_more(impl, hint):
+    rejects(checks.resample_position_embeddings, impl, hint)

@@ -11,6 +11,8 @@ def test_reference_and_variants_pass(capsys):
     checks.pool_tokens(pool_tokens)
 
     def einsum_mean(x, pool="cls", num_prefix_tokens=1):
+        if pool not in ("cls", "mean") or (pool == "cls" and num_prefix_tokens == 0):
+            raise ValueError(f"cannot pool {pool!r} with {num_prefix_tokens} class tokens")
         if pool == "cls":
             return x.select(1, 0)
         patches = x[:, num_prefix_tokens:]
@@ -38,3 +40,15 @@ def test_reference_rejects_bad_pool():
         pool_tokens(torch.zeros(1, 3, 2), "max")
     with pytest.raises(ValueError, match="class token"):
         pool_tokens(torch.zeros(1, 3, 2), "cls", 0)
+
+
+def no_checks(x, pool="cls", num_prefix_tokens=1):
+    return x[:, 0] if pool == "cls" else x[:, num_prefix_tokens:].mean(1)
+
+
+def test_missing_value_errors_are_named():
+    with pytest.raises(CheckFailed, match="pool='cls' with num_prefix_tokens=0: there is no class token to read: "
+                                          r"expected a ValueError, your code returned tensor\(2, 3\)"):
+        checks.pool_tokens(no_checks)
+    with pytest.raises(CheckFailed, match="pool='max' is neither 'cls' nor 'mean': expected a ValueError"):
+        checks.pool_tokens(lambda x, pool="cls", k=1: pool_tokens(x, "mean" if pool == "max" else pool, k))

@@ -3,16 +3,28 @@
 A passing check prints one line (``✔ name: passed N tests``) and returns None; a failing one raises
 ``CheckFailed`` (an ``AssertionError``) saying what was tried, what was expected and the likely cause.
 Checks compare against the reference solutions in ``vit_course`` and never depend the other way round.
+
+Modules, by chapter: ``attention`` (01), ``heads`` and ``multihead`` (02), ``blocks`` and ``encoder`` (03),
+``patches`` (04), ``vit`` and ``counting`` (05), ``training`` and ``schedule`` (06), ``augment`` and
+``pooling`` (07), ``interpret`` (08), ``resample`` (09); ``core``, ``messages`` and ``common`` hold what
+they share.
 """
 
-from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
+from .attention import SelfAttention, scaled_dot_product_attention
 from .augment import random_crop_flip
-from .blocks import MLP, DropPath, EncoderBlock, LayerNorm
+from .blocks import MLP, DropPath, LayerNorm
 from .core import CheckFailed
+from .counting import count_parameters
+from .encoder import EncoderBlock
+from .heads import merge_heads, split_heads
 from .interpret import attention_rollout, mean_attention_distance, position_embedding_similarity
-from .patches import PatchEmbedding, add_class_token_and_position, patchify, resample_position_embeddings, unpatchify
-from .training import evaluate, train_step, warmup_cosine
-from .vit import ViT, count_parameters, pool_tokens
+from .multihead import MultiHeadAttention
+from .patches import PatchEmbedding, add_class_token_and_position, patchify, unpatchify
+from .pooling import pool_tokens
+from .resample import resample_position_embeddings
+from .schedule import warmup_cosine
+from .training import evaluate, train_step
+from .vit import ViT
 
 __all__ = [
     "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",

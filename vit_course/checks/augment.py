@@ -1,4 +1,4 @@
-"""Check for chapter 07's exercise: random_crop_flip, tested by its properties (it is random)."""
+"""Check for chapter 07's augmentation exercise: random_crop_flip, tested by its properties (it is random)."""
 
 import torch
 import torch.nn.functional as F
@@ -100,9 +100,14 @@ def random_crop_flip(c, fn):
                 c.ok(low == 0 and high == 2 * padding, f"{shift}, expected -{padding} to {padding}",
                      "torch.randint's upper bound is exclusive: torch.randint(0, 2 * padding + 1, ...)"
                      if high == 2 * padding - 1 or low == 1 else None)
+            c.ok(not torch.equal(dy, dx), "every sample got the same vertical and horizontal shift",
+                 "draw the two offsets separately: one torch.randint for dy, another for dx")
     images = torch.randn(64, 3, 5, 5, generator=g) + 10
     first = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
     second = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
     c.ok(torch.equal(first, second), "two calls with generators seeded alike gave different outputs",
          "draw every random number from `generator` (torch.randint(..., generator=generator)), so a seed "
          "repeats the augmentation")
+    c.raises(fn, torch.randn(3, 5, 5, generator=g), 2, why="images of shape (3, 5, 5) have no batch axis",
+             hint="check images.ndim == 4 first and raise a ValueError naming the shape")
+    c.raises(fn, images, -1, why="padding=-1 is negative", hint="raise a ValueError when padding < 0")

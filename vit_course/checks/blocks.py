@@ -1,13 +1,19 @@
-"""Checks for chapter 03: MLP, LayerNorm, DropPath, EncoderBlock."""
+"""Checks for chapter 03's parts of the block: MLP, LayerNorm, DropPath."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .. import blocks as ref
-from .attention import _accepts, _no_fully_masked_rows
-from .core import check, randomize_norms
+from .common import check_dropout, only_biases, randomize_norms
+from .core import check
+from .messages import describe
+
+MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
+            "not F.dropout(x, p)")
+MLP_TRAIN = "drop seems ignored: apply self.drop1 after the activation and self.drop2 after fc2"
 
 
 @check("MLP")
@@ -17,7 +23,9 @@ def MLP(c, cls):
     for dim, hidden, shape in ((6, 24, (2, 5)), (5, 3, (7,)), (8, 32, (2, 3, 4))):
         reference = ref.MLP(dim, hidden).eval()
         model = c.build(cls, dim, hidden)
-        c.load(model, reference, [("fc", "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)")])
+        c.load(model, reference, [
+            (only_biases, "the Linear layers need their bias: nn.Linear(dim, hidden_dim) (bias=True is the default)"),
+            ("fc", "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)")])
         x = torch.randn(*shape, dim, generator=g) * 2
         fc1, fc2 = reference.fc1, reference.fc2
         with torch.no_grad():
@@ -29,12 +37,18 @@ def MLP(c, cls):
                 ("the activation is applied after fc2 as well (or only there): it goes between fc1 and fc2",
                  lambda: F.gelu(fc2(F.gelu(fc1(x))))),
             ], atol=1e-5)
+    reference = ref.MLP(8, 16, drop=0.5).eval()
+    model = c.load(c.build(cls, 8, 16, drop=0.5), reference)
+    x = torch.randn(4, 3, 8, generator=g)
+    with torch.no_grad():
+        check_dropout(c, model, x, reference(x), "with drop=0.5", MLP_EVAL, MLP_TRAIN, "MLP(8, 16, drop=0.5)")
 
 
 @check("LayerNorm")
 def LayerNorm(c, cls):
     """LayerNorm(dim, eps=1e-6): normalise each token over its features, biased variance, then weight and bias."""
     g = torch.Generator().manual_seed(7)
+    _layer_norm_parameters(c, cls)
     for dim, eps, shape in ((5, 1e-6, (2, 3)), (8, 0.1, (4,)), (3, 1e-6, (2, 2, 2))):
         reference = ref.LayerNorm(dim, eps=eps)
         randomize_norms(reference, g)
@@ -67,6 +81,34 @@ def LayerNorm(c, cls):
             got = c.call(model, constant, label=f"LayerNorm({dim}, eps={eps})")
         c.close(got, F.layer_norm(constant, (dim,), w, b, eps), "output for tokens whose features are all equal "
                 "(variance 0: eps keeps the division finite)")
+    _layer_norm_defaults(c, cls, g)
+
+
+def _layer_norm_parameters(c, cls):
+    """A fresh LayerNorm(6) has learnable `weight` and `bias` (nn.Parameter, so they are trained and saved)."""
+    model = c.build(cls, 6)
+    for name, init in (("weight", "ones"), ("bias", "zeros")):
+        tensor = getattr(model, name, None)
+        c.ok(isinstance(tensor, nn.Parameter), f"`{name}` should be an nn.Parameter, got {describe(tensor)}",
+             f"self.{name} = nn.Parameter(torch.{init}(dim)): a plain tensor is neither learned nor saved")
+    return model
+
+
+def _layer_norm_defaults(c, cls, g):
+    """A fresh LayerNorm(6) starts with weight ones and bias zeros, and its eps is 1e-6 by default."""
+    model = c.build(cls, 6)
+    for name, value in (("weight", 1.0), ("bias", 0.0)):
+        tensor = getattr(model, name).detach()
+        c.ok(tuple(tensor.shape) == (6,) and bool(torch.all(tensor == value)), f"a new LayerNorm(6) should start "
+             f"with `{name}` all {value:g}, shape (6,); got {describe(tensor)} with values from "
+             f"{tensor.min().item():.3g} to {tensor.max().item():.3g}",
+             f"torch.{'ones' if value else 'zeros'}(dim): a new norm only standardises")
+    x = torch.randn(3, 6, generator=g) * 1e-3  # variance about 1e-6: eps matters
+    with torch.no_grad():
+        got = c.call(model, x, label="LayerNorm(6)")
+    c.close(got, F.layer_norm(x, (6,), eps=1e-6), "output of LayerNorm(6), with the default eps", [
+        ("the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and timm's value; "
+         "PyTorch's default is 1e-5)", lambda: F.layer_norm(x, (6,), eps=1e-5))], atol=1e-4)
 
 
 @check("DropPath")
@@ -96,6 +138,9 @@ def DropPath(c, cls):
         c.ok(not mixed.any(), f"{int(mixed.sum())} samples were partly zeroed: DropPath drops a sample's whole "
              "residual branch", "draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element "
              "(that would be dropout)")
+        c.ok(0 < int(dropped.sum()) < len(x), f"with p={p} all {len(x)} samples were "
+             f"{'dropped' if dropped.all() else 'kept'} together", "draw one coin per sample, a mask of shape "
+             "(batch, 1, 1, ...), not one coin for the whole batch")
         scale = flat[kept]
         c.ok(not torch.allclose(scale, torch.ones_like(scale)), "the kept samples are not scaled",
              f"divide the kept samples by (1 - p) = {1 - p:g}, so the expected output equals the input")
@@ -108,63 +153,6 @@ def DropPath(c, cls):
         c.ok(abs(rate - p) < 5 * sd, f"with p={p} about {p:.0%} of the samples should be dropped, you dropped "
              f"{rate:.1%}", "p is the probability to drop (bernoulli of 1 - p keeps)" if abs(rate - (1 - p)) < 5 * sd
              else None)
-
-
-def _block_variants(m, x, mask=None):
-    """(hint, thunk) pairs: the encoder-block mistakes learners make, built from the reference's parts."""
-    attn = lambda y: m.attn(y, mask=mask)  # noqa: E731
-    mlp, n1, n2 = m.mlp, m.norm1, m.norm2
-
-    def post_norm():
-        y = n1(x + attn(x))
-        return n2(y + mlp(y))
-
-    def shared_norm():
-        y = x + attn(n1(x))
-        return y + mlp(n1(y))
-
-    def norm_in_residual():
-        y = n1(x) + attn(n1(x))
-        return n2(y) + mlp(n2(y))
-
-    def mlp_first():
-        y = x + mlp(n2(x))
-        return y + attn(n1(y))
-
-    no_attn_res = lambda: (lambda y: y + mlp(n2(y)))(attn(n1(x)))  # noqa: E731
-    no_mlp_res = lambda: mlp(n2(x + attn(n1(x))))  # noqa: E731
-    no_res = lambda: mlp(n2(attn(n1(x))))  # noqa: E731
-    return [
-        ("this is a post-norm block (norm after the residual sum): ViT normalises first, "
-         "x = x + attn(norm1(x)); x = x + mlp(norm2(x))", post_norm),
-        ("the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 before the MLP",
-         shared_norm),
-        ("the residual adds the normalised x: add the branch to x itself, x = x + attn(norm1(x))", norm_in_residual),
-        ("the residual connection around attention is missing: x = x + attn(norm1(x))", no_attn_res),
-        ("the residual connection around the MLP is missing: x = x + mlp(norm2(x))", no_mlp_res),
-        ("both residual connections are missing: x = x + attn(norm1(x)); x = x + mlp(norm2(x))", no_res),
-        ("the MLP comes before attention: attention first, then the MLP", mlp_first),
-    ]
-
-
-@check("EncoderBlock")
-def EncoderBlock(c, cls):
-    """EncoderBlock(dim, num_heads, mlp_ratio): pre-norm, x = x + attn(norm1(x)); x = x + mlp(norm2(x))."""
-    g = torch.Generator().manual_seed(9)
-    for dim, heads, ratio, batch, n in ((12, 3, 2.0, 2, 7), (8, 2, 4.0, 1, 5), (6, 1, 1.5, 3, 4)):
-        reference = randomize_norms(ref.EncoderBlock(dim, heads, ratio).eval(), g)
-        model = c.build(cls, dim, heads, ratio)
-        c.load(model, reference, [
-            ("norm", "two LayerNorms, norm1 (before attention) and norm2 (before the MLP)"),
-            ("attn", "the attention is `attn`, a MultiHeadAttention with `qkv` and `proj`"),
-            ("mlp", "the MLP is `mlp`, with `fc1` and `fc2` (hidden width int(dim * mlp_ratio))")])
-        x = torch.randn(batch, n, dim, generator=g)
-        label = f"EncoderBlock({dim}, {heads}, {ratio})"
-        with torch.no_grad():
-            c.close(c.call(model, x, label=label), reference(x), "output", _block_variants(reference, x), atol=1e-4)
-            if _accepts(model.forward, "mask"):
-                mask = _no_fully_masked_rows(torch.rand(n, n, generator=g) > 0.5)
-                c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                        _block_variants(reference, x, mask) + [
-                            ("the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
-                             lambda: reference(x))], atol=1e-4)
+    for p in (1.0, -0.1):
+        c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
+                 hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")

@@ -1,4 +1,4 @@
-"""What every check shares: ``CheckFailed``, running learner code safely, comparing its outputs.
+"""The machinery every check shares (all chapters): ``CheckFailed``, running learner code safely, comparing outputs.
 
 A check is a function decorated with ``@check("name")`` whose body gets a ``Checker`` and the
 learner's function or class. Everything the learner wrote runs through ``Checker.call``, so an
@@ -7,17 +7,13 @@ tried, what was expected and, when the output matches a known mistake, the likel
 """
 
 import functools
-import inspect
 import math
 import numbers
-import os
-import traceback
 
 import torch
 from torch import nn
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+from .messages import ERROR_HINTS, argument_names, changed, describe, snapshot, where
 
 
 class CheckFailed(AssertionError):
@@ -29,43 +25,10 @@ class CheckFailed(AssertionError):
         return [f"\x1b[0;31mCheckFailed\x1b[0m: {self}"]
 
 
-def describe(x):
-    """A short description of a value for messages: tensors by shape and dtype, the rest by repr."""
-    if torch.is_tensor(x):
-        kind = "bool " if x.dtype == torch.bool else "" if x.dtype == torch.float32 else f"{x.dtype} "
-        return f"{kind}tensor{tuple(x.shape)}"
-    if isinstance(x, (list, tuple)) and len(x) and all(torch.is_tensor(t) for t in x):
-        return f"{type(x).__name__} of {len(x)} tensors {tuple(x[0].shape)}"
-    if isinstance(x, nn.Module):
-        return type(x).__name__
-    text = repr(x)
-    return text if len(text) < 40 else text[:37] + "..."
-
-
-def _snapshot(x):
-    if torch.is_tensor(x):
-        return x.detach().clone()
-    if isinstance(x, (list, tuple)):
-        return [_snapshot(t) for t in x]
-    return None
-
-
-def _changed(before, after):
-    if torch.is_tensor(after):
-        return before is not None and (before.shape != after.shape or not torch.equal(before, after.detach()))
-    if isinstance(after, (list, tuple)) and isinstance(before, list):
-        return len(before) != len(after) or any(_changed(b, a) for b, a in zip(before, after, strict=False))
-    return False
-
-
-def _where(error):
-    """' at line N: code' for the innermost frame of learner code (not torch, not the checks)."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith((_HERE, _TORCH)) and "site-packages" not in f.filename]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f"\n  at line {frame.lineno}: {frame.line.strip()}" if frame.line else f"\n  at line {frame.lineno}"
+def is_stub(error):
+    """True for the exercise stub's ``raise NotImplementedError("name")`` (or a bare one), not for torch's own
+    NotImplementedError ("... not implemented for 'Half'"), which is a real error of the learner's code."""
+    return not error.args or (isinstance(error.args[0], str) and (not error.args[0] or error.args[0].isidentifier()))
 
 
 class Checker:
@@ -90,33 +53,61 @@ class Checker:
             self.fail(message, hint)
         self.tests += 1
 
-    def call(self, fn, *args, label=None, **kwargs):
-        """Run learner code; exceptions, NotImplementedError and in-place changes become CheckFailed."""
+    def _try(self, fn, args, kwargs, label):
         name = label or getattr(fn, "__name__", type(fn).__name__)
         name = self.name if name == "<lambda>" else name
         shown = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
         self.tried = f"{name}({', '.join(shown)})"
-        try:
-            names = list(inspect.signature(fn).bind(*args, **kwargs).arguments)
-        except (TypeError, ValueError):
-            names = [f"argument {i + 1}" for i in range(len(args))] + list(kwargs)
+
+    def _raised(self, error):
+        """Turn an exception of learner code into CheckFailed: a stub is "not done yet", the rest says where."""
+        if isinstance(error, NotImplementedError) and is_stub(error):
+            raise not_done(self.name, error) from None
+        message = f"your code raised {type(error).__name__}: {error}".rstrip(": ")
+        hint = next((h for text, h in ERROR_HINTS if text in str(error)), None)
+        self.fail(message + where(error), hint)
+
+    def call(self, fn, *args, label=None, **kwargs):
+        """Run learner code; exceptions, NotImplementedError and in-place changes become CheckFailed."""
+        self._try(fn, args, kwargs, label)
+        names = argument_names(fn, args, kwargs)
         values = list(args) + list(kwargs.values())
-        before = [_snapshot(v) for v in values]
+        before = [snapshot(v) for v in values]
         try:
             out = fn(*args, **kwargs)
         except CheckFailed:
             raise
-        except NotImplementedError as error:
-            raise not_done(self.name, error) from None
         except Exception as error:
-            message = f"your code raised {type(error).__name__}: {error}".rstrip(": ")
-            self.fail(message + _where(error))
+            self._raised(error)
         for arg, old, new in zip(names, before, values, strict=False):
-            if _changed(old, new):
+            if changed(old, new):
                 self.fail(f"your code changed its input `{arg}` in place; it must leave its inputs as they were",
                           "an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`)"
                           ": use the out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
         return out
+
+    def raises(self, fn, *args, why, hint=None, label=None, names=(), **kwargs):
+        """Fail unless learner code raises a ValueError for input the exercise says to reject.
+
+        ``why``: what is wrong with the input; ``names``: values the error message should mention.
+        """
+        self._try(fn, args, kwargs, label)
+        try:
+            out = fn(*args, **kwargs)
+        except NotImplementedError as error:
+            if is_stub(error):
+                raise not_done(self.name, error) from None
+            self.fail(f"{why}: expected a ValueError, your code raised NotImplementedError: {error}", hint)
+        except ValueError as error:
+            missing = [str(v) for v in names if str(v) not in str(error)]
+            self.ok(not missing, f"{why}: your ValueError says {str(error)!r}, which does not name "
+                    f"{' and '.join(missing)}", "put the values involved in the message, e.g. with an f-string")
+            return
+        except Exception as error:
+            first = str(error).strip().split("\n")[0]
+            self.fail(f"{why}: expected a ValueError, your code raised {type(error).__name__}: {first}"
+                      + where(error), hint)
+        self.fail(f"{why}: expected a ValueError, your code returned {describe(out)} without an error", hint)
 
     def build(self, cls, *args, **kwargs):
         """Instantiate the learner's class with the contract's constructor, in eval mode."""
@@ -131,12 +122,14 @@ class Checker:
         """Copy the reference's weights into the learner's module; names must be the contract's (timm's).
 
         A Conv2d patch projection (D, C, P, P) is accepted in place of the Linear one (D, P*P*C).
-        ``hints``: (substring of a parameter name, hint) pairs explaining a missing or extra name.
+        ``hints``: (key, hint) pairs explaining a missing or extra name; the key is a substring of a
+        parameter name, or a function(missing, extra) -> bool.
         """
         state, theirs = reference.state_dict(), module.state_dict()
         missing, extra = [k for k in state if k not in theirs], [k for k in theirs if k not in state]
         if missing or extra:
-            hint = next((h for key, h in hints if any(key in k for k in missing + extra)), None)
+            hint = next((h for key, h in hints if (key(missing, extra) if callable(key) else
+                                                   any(key in k for k in missing + extra))), None)
             self.fail(f"the parameter names differ from the course's (timm's) names: "
                       f"missing {missing[:6]}, unexpected {extra[:6]}", hint or
                       "name the layers as the exercise does, so weights can be copied in and compared")
@@ -177,15 +170,15 @@ class Checker:
         if torch.allclose(got, expected, atol=atol, rtol=rtol):
             self.tests += 1
             return
-        for hint, wrong in hints:  # noqa: B007  (the matching hint is used after the loop)
+        hint = None
+        for text, wrong in hints:
             try:
                 alt = wrong()
                 if alt.shape == got.shape and torch.allclose(got, alt.to(got.dtype), atol=atol, rtol=rtol):
+                    hint = text
                     break
             except Exception:  # a diagnosis that does not apply to these inputs
                 continue
-        else:
-            hint = None
         diff = (got - expected).abs().float()
         index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.ndim else ()
         self.fail(f"wrong {what}: largest difference {diff.max().item():.3g} at index {index} "
@@ -212,16 +205,6 @@ def not_done(name, error):
                        f"with your code, run that cell, then run this check again.")
 
 
-def randomize_norms(module, generator):
-    """Give every LayerNorm a random scale and shift, so a shared or missing norm cannot pass."""
-    with torch.no_grad():
-        for sub in module.modules():
-            if "LayerNorm" in type(sub).__name__ and getattr(sub, "weight", None) is not None:
-                sub.weight.copy_(torch.rand(sub.weight.shape, generator=generator) + 0.5)
-                sub.bias.copy_(torch.randn(sub.bias.shape, generator=generator) * 0.5)
-    return module
-
-
 def check(name):
     """Decorate ``body(checker, learner)`` into the check ``name(learner)``.
 
@@ -241,9 +224,11 @@ def check(name):
             except CheckFailed:
                 raise
             except NotImplementedError as error:  # raised outside Checker.call, e.g. in a property
+                if not is_stub(error):
+                    checker.fail(f"could not check your output: NotImplementedError: {error}{where(error)}")
                 raise not_done(name, error) from None
             except Exception as error:  # learner output the check could not even inspect
-                checker.fail(f"could not check your output: {type(error).__name__}: {error}{_where(error)}")
+                checker.fail(f"could not check your output: {type(error).__name__}: {error}{where(error)}")
             print(f"✔ {name}: passed {checker.tests} tests")
         run.__doc__ = f"Check your ``{name}``. " + (body.__doc__ or "")
         return run

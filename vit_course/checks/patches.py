@@ -1,14 +1,14 @@
-"""Checks for chapters 04 and 09: patchify, unpatchify, PatchEmbedding, the class-token/position step,
-resample_position_embeddings."""
+"""Checks for chapter 04: patchify, unpatchify, PatchEmbedding and add_class_token_and_position."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 
 from .. import patches as ref
-from .core import CheckFailed, check
+from .common import only_biases
+from .core import check
+from .messages import describe
 
 ORDERS = [  # (hint, einops pattern of a wrong patchify)
     ("each patch is flattened channels-first, (c p1 p2): the course flattens it as (p1 p2 c), pixel by pixel "
@@ -21,6 +21,9 @@ ORDERS = [  # (hint, einops pattern of a wrong patchify)
     ("each patch is flattened column by column, (p2 p1 c): flatten it row by row, (p1 p2 c)",
      "b c (h p1) (w p2) -> b (h w) (p2 p1 c)"),
 ]
+RESHAPED = ("the image was only reshaped: a patch's pixels are not next to each other in memory; split the height "
+            "and width into (h p1) and (w p2) and bring p1, p2 next to the channels, 'b c (h p1) (w p2) -> b (h w) "
+            "(p1 p2 c)'")
 PATCH_CASES = ((2, 3, 12, 8, 4), (1, 1, 28, 28, 7), (3, 2, 6, 9, 3), (2, 3, 5, 5, 5), (1, 4, 2, 2, 1))
 
 
@@ -41,20 +44,15 @@ def patchify(c, fn):
         images = torch.randn(b, ch, height, width, generator=g)
         got = c.call(fn, images, p)
         c.close(got, ref.patchify(images, p), f"patches of a {height}x{width} image with patch size {p}",
-                [(hint, lambda i=images, p=p, pat=pattern: _wrong_patchify(i, p, pat)) for hint, pattern in ORDERS],
+                [(hint, lambda i=images, p=p, pat=pattern: _wrong_patchify(i, p, pat)) for hint, pattern in ORDERS]
+                + [(RESHAPED, lambda i=images, p=p: i.reshape(b, -1, p * p * ch))],
                 shape_hints=[((b, ch * p * p, height * width // p // p), "this is F.unfold's (b, c*P*P, N) layout: "
                               "transpose to (b, N, ...) and reorder each patch to (p1 p2 c)")])
-    images = torch.randn(1, 3, 10, 12, generator=g)
-    try:
-        out = fn(images, 4)
-    except NotImplementedError:
-        raise
-    except Exception:
-        c.tests += 1
-    else:
-        c.fail(f"a 10x12 image with patch size 4 returned {tuple(getattr(out, 'shape', ()))} instead of an error",
-               "10 is not divisible by 4: check that both sides are divisible by the patch size and raise a "
-               "ValueError that names them")
+    hint = ("check the input first: images.ndim == 4, and both sides divisible by the patch size "
+            "(patch_grid(images.shape[-2:], patch_size) raises the right error)")
+    c.raises(fn, torch.randn(1, 3, 10, 12, generator=g), 4, hint=hint,
+             why="a 10x12 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
+    c.raises(fn, torch.randn(3, 8, 8, generator=g), 4, hint=hint, why="images of shape (3, 8, 8) have no batch axis")
 
 
 @check("unpatchify")
@@ -69,7 +67,12 @@ def unpatchify(c, fn):
         c.close(got, images, f"image rebuilt from patches of size {p} (image_size={size})",
                 [(hint.replace("patchify", "unpatchify"), lambda q=patches, p=p, pat=pattern:
                   _wrong_unpatchify(q, p, (height, width), pat)) for hint, pattern in ORDERS],
-                shape_hints=[((b, height, width, ch), "this is (b, H, W, c): the channels come first, (b, c, H, W)")])
+                shape_hints=[((b, height, width, ch), "this is (b, H, W, c): the channels come first, (b, c, H, W)"),
+                             ((b, ch, width, height), "height and width are swapped: image_size is (H, W), "
+                                                      "height first")])
+    c.raises(fn, ref.patchify(torch.randn(2, 3, 8, 8, generator=g), 4), 4, 12, why="4 patches of 4x4 cannot "
+             "make a 12x12 image (it has 9)", hint="check the patches' shape against patch_grid(image_size, "
+             "patch_size) and raise a ValueError naming both")
 
 
 @check("PatchEmbedding")
@@ -79,7 +82,8 @@ def PatchEmbedding(c, cls):
     for size, p, ch, dim, b in ((8, 4, 3, 10, 2), (28, 7, 1, 16, 3), (6, 3, 2, 5, 1)):
         reference = ref.PatchEmbedding(size, p, ch, dim)
         model = c.build(cls, size, p, ch, dim)
-        c.load(model, reference, [("proj", "the projection is one Linear `proj` (P*P*in_channels -> dim)")])
+        c.load(model, reference, [(only_biases, "the projection has a bias: nn.Linear(P*P*in_channels, dim)"),
+                                  ("proj", "the projection is one Linear `proj` (P*P*in_channels -> dim)")])
         images = torch.randn(b, ch, size, size, generator=g)
         proj = reference.proj
         with torch.no_grad():
@@ -88,6 +92,29 @@ def PatchEmbedding(c, cls):
                     [(hint, lambda pat=pattern: proj(_wrong_patchify(images, p, pat))) for hint, pattern in ORDERS],
                     shape_hints=[((b, dim, size // p, size // p), "this is a Conv2d's (b, dim, gh, gw) feature map: "
                                   "flatten it to (b, gh*gw, dim), 'b d h w -> b (h w) d'")])
+    _embedding_contract(c, cls, g)
+
+
+def _embedding_contract(c, cls, g):
+    """The attributes later chapters read, and a ValueError for images of another shape than built for."""
+    model = c.build(cls, (8, 12), 4, 3, 10)
+    shown = "PatchEmbedding((8, 12), 4, 3, 10)"
+    for name, expected, hint in (
+            ("image_size", (8, 12), "store the size as a pair: self.image_size = to_pair(image_size)"),
+            ("patch_size", 4, None), ("in_channels", 3, None),
+            ("grid_size", (2, 3), "self.grid_size = patch_grid(image_size, patch_size), (rows, columns)"),
+            ("num_patches", 6, "num_patches is rows * columns of the grid")):
+        value = getattr(model, name, None)
+        value = tuple(value) if isinstance(value, (list, tuple, torch.Size)) else value
+        c.ok(value == expected, f"{shown}.{name} should be {expected}, got {describe(value)}",
+             hint or f"store it: self.{name} = {name} (later chapters read it)")
+    hint = ("check the images in forward: images.ndim == 4 and tuple(images.shape[1:]) == (self.in_channels, "
+            "*self.image_size), else raise a ValueError naming both shapes")
+    with torch.no_grad():
+        c.raises(model, torch.randn(2, 3, 12, 16, generator=g), label=shown, hint=hint,
+                 why="images of 12x16 pixels given to a model built for 8x12 (more patches than positions)")
+        c.raises(model, torch.randn(2, 1, 8, 12, generator=g), label=shown, hint=hint,
+                 why="images with 1 channel given to a model built for 3")
 
 
 @check("add_class_token_and_position")
@@ -107,6 +134,11 @@ def add_class_token_and_position(c, fn):
                      lambda: torch.cat([expand, tokens], 1)),
                     ("the class token is missing its position: add pos_embed to the whole sequence, class token "
                      "included", lambda: torch.cat([expand, tokens + pos[:, 1:]], 1)),
+                    ("the positions are shifted: row 0 of pos_embed belongs to the class token, rows 1..N to the "
+                     "patches; prepend the class token first, then add pos_embed", lambda: torch.cat(
+                         [expand + pos[:, -1:], tokens + pos[:, :-1]], 1)),
+                    ("the class token got no position and the patches got rows 0..N-1: prepend the class token "
+                     "first, then add all of pos_embed", lambda: torch.cat([expand, tokens + pos[:, :-1]], 1)),
                 ], shape_hints=[((b, n, dim), "the class token was not prepended: concatenate it in front of the "
                                  "patch tokens (expand it to the batch first)"),
                                 ((1, n + 1, dim), "expand the class token to the batch: cls_token.expand(b, -1, -1)")])
@@ -114,40 +146,12 @@ def add_class_token_and_position(c, fn):
     got = c.call(fn, tokens, None, pos)
     c.close(got, tokens + pos, "tokens for a model without class token (cls_token=None)",
             shape_hints=[((2, 5, 6), "with cls_token=None nothing is prepended: only add the positions")])
+    hint = ("compare tokens.shape[1:] with pos_embed.shape[1:] after prepending, and raise a ValueError naming "
+            "both shapes")
+    c.raises(fn, torch.randn(2, 4, 6, generator=g), torch.randn(1, 1, 6, generator=g),
+             torch.randn(1, 4, 6, generator=g), hint=hint, why="pos_embed (1, 4, 6) has no row for the class token")
+    c.raises(fn, torch.randn(2, 4, 6, generator=g), torch.randn(1, 1, 6, generator=g),
+             torch.randn(1, 1, 6, generator=g), hint=hint, why="pos_embed (1, 1, 6) has one row, not 5 "
+             "(broadcasting would add that row to every token)")
 
 
-@check("resample_position_embeddings")
-def resample_position_embeddings(c, fn):
-    """(1, prefix + gh*gw, D) -> (1, prefix + new_gh*new_gw, D): patch embeddings resized bicubically on their grid."""
-    g = torch.Generator().manual_seed(14)
-    cases = (((1, 17, 8), 6, {}, (4, 4)), ((1, 17, 6), (6, 8), {}, (4, 4)), ((1, 9, 5), 5, dict(num_prefix_tokens=0),
-             (3, 3)), ((1, 16, 4), (6, 4), dict(old_grid=(3, 5)), (3, 5)), ((1, 26, 7), 3, {}, (5, 5)))
-    for shape, new_grid, kwargs, old in cases:
-        pos = torch.randn(shape, generator=g)
-        got = c.call(fn, pos, new_grid, **kwargs)
-        expected = ref.resample_position_embeddings(pos, new_grid, **kwargs)
-        k = kwargs.get("num_prefix_tokens", 1)
-        prefix, grid = pos[:, :k], rearrange(pos[:, k:], "1 (h w) d -> 1 d h w", h=old[0])
-        new = ref.to_pair(new_grid)
-
-        def resized(mode="bicubic", align=False, antialias=True, flip=False, prefix=prefix, grid=grid, new=new):
-            src = grid.transpose(-1, -2) if flip else grid  # the grid read columns first
-            out = F.interpolate(src, size=new, mode=mode, align_corners=align, antialias=antialias)
-            return torch.cat([prefix, rearrange(out, "1 d h w -> 1 (h w) d")], 1)
-
-        try:  # antialiasing only matters when shrinking: both are accepted
-            c.close(got, resized(antialias=False), "resampled position embeddings", atol=1e-5)
-            continue
-        except CheckFailed:
-            pass
-        c.close(got, expected, f"position embeddings {shape} resampled to grid {new_grid} ({kwargs or 'defaults'})", [
-            *[(hint, lambda kw=kw, aa=aa: resized(**kw, antialias=aa)) for hint, kw in (
-                ("this is bilinear interpolation: use mode='bicubic' (as timm does)", dict(mode="bilinear")),
-                ("align_corners=True: use align_corners=False, as timm does", dict(align=True)),
-                ("rows and columns are swapped: lay the patches out as (h w), rows first", dict(flip=True)),
-            ) for aa in (True, False)],
-            ("this interpolates along the flat sequence: lay the patch embeddings out on their 2D grid "
-             "(1, D, gh, gw) and resize that", lambda: torch.cat([prefix, F.interpolate(
-                 pos[:, k:].transpose(1, 2), size=new[0] * new[1], mode="linear").transpose(1, 2)], 1)),
-        ], atol=1e-5, shape_hints=[((1, new[0] * new[1], shape[2]), "the class token's embedding was dropped: keep "
-                                    "the first num_prefix_tokens rows and concatenate them back in front")])

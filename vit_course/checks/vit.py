@@ -1,29 +1,46 @@
-"""Checks for chapter 05: ViT and count_parameters."""
+"""Check for chapter 05's model: ViT (assembly, initial values, sin-cos buffer, mean pooling, drop-path rates)."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
 import torch
+from torch import nn
 
 from .. import vit as ref
-from .core import check, randomize_norms
+from .common import randomize_norms
+from .core import check
+from .messages import describe
 
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
 
 def _vit_variants(m, images):
     """(hint, thunk) pairs: the ViT assembly mistakes, built from the reference's parts."""
+    k = m.num_prefix_tokens
+
     def run(embed=None, final_norm=True, pool="cls"):
         x = embed() if embed else m.embed(images)  # (b, n, D)
         for block in m.blocks:
             x = block(x)
         x = m.norm(x) if final_norm else x
-        x = {"cls": x[:, 0], "mean": x[:, 1:].mean(1), "all": x.mean(1), "last": x[:, -1]}[pool]  # (b, D)
+        x = {"cls": lambda: x[:, 0], "mean": lambda: x[:, k:].mean(1), "all": lambda: x.mean(1),
+             "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[pool]()  # (b, D)
         return m.head(x)
 
     def tokens():
         return m.patch_embed(images)  # (b, N, D)
 
     cls = lambda: m.cls_token.expand(len(images), -1, -1)  # noqa: E731
+    if m.pool == "mean":
+        return [
+            ("mean pooling averages the class token in with the patches: average the patch tokens only, "
+             "x[:, num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)",
+             lambda: run(pool="all")),
+            ("pool='mean' reads the class token: average the patch tokens, x[:, num_prefix_tokens:].mean(1)",
+             lambda: run(pool="cls")),
+            ("the mean leaves out token 0, a patch token here (there is no class token): average "
+             "x[:, num_prefix_tokens:]", lambda: run(pool="skip1")),
+            ("the final LayerNorm `norm` is not applied before pooling", lambda: run(final_norm=False, pool="mean")),
+        ]
     return [
         ("the final LayerNorm `norm` is not applied before the head", lambda: run(final_norm=False)),
         ("the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]",
@@ -36,113 +53,105 @@ def _vit_variants(m, images):
          lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed)),
         ("the position embeddings are missing: add pos_embed after prepending the class token",
          lambda: run(lambda: torch.cat([cls(), tokens()], 1))),
+        ("the class token gets no position: prepend it first, then add all of pos_embed",
+         lambda: run(lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))),
     ]
+
+
+def _compare(c, cls, config, g, hints=()):
+    """Build the learner's ViT(**config), copy a randomised reference's weights in, compare the logits."""
+    reference = randomize_norms(ref.ViT(**config).eval(), g)
+    with torch.no_grad():  # timm starts the class token at zero: make it matter
+        if reference.cls_token is not None:
+            reference.cls_token.normal_(generator=g)
+        if isinstance(reference.pos_embed, nn.Parameter):
+            reference.pos_embed.normal_(generator=g)
+    model = c.build(cls, **config)
+    c.load(model, reference, [*hints,
+        ("patch_embed", "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)"),
+        ("cls_token", "the class token is a parameter `cls_token` of shape (1, 1, dim)"),
+        ("pos_embed", "the position embeddings are a parameter `pos_embed` of shape (1, N + 1, dim)"),
+        ("blocks", "the encoder blocks are an nn.ModuleList called `blocks`"),
+        ("norm", "the final LayerNorm is `norm`"), ("head", "the classifier is a Linear `head` (dim -> classes)")])
+    batch = 3
+    images = torch.randn(batch, config["in_channels"], config["image_size"], config["image_size"], generator=g)
+    label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")"
+    with torch.no_grad():
+        got = c.call(model, images, label=label)
+        c.close(got, reference(images), "logits", _vit_variants(reference, images), atol=1e-4,
+                shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
 
 
 @check("ViT")
 def ViT(c, cls):
-    """ViT(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio) -> logits."""
+    """ViT(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio, pool, pos_embed,
+    class_token, ..., drop_path) -> logits."""
     g = torch.Generator().manual_seed(15)
-    for config, batch in ((SMALL, 3), (dict(SMALL, image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=12,
-                                            depth=1, num_heads=3, mlp_ratio=4.0), 2)):
-        reference = randomize_norms(ref.ViT(**config).eval(), g)
-        with torch.no_grad():  # timm starts the class token at zero: make it matter
-            reference.cls_token.normal_(generator=g)
-            reference.pos_embed.normal_(generator=g)
-        model = c.build(cls, **config)
-        c.load(model, reference, [
-            ("patch_embed", "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)"),
-            ("cls_token", "the class token is a parameter `cls_token` of shape (1, 1, dim)"),
-            ("pos_embed", "the position embeddings are a parameter `pos_embed` of shape (1, N + 1, dim)"),
-            ("blocks", "the encoder blocks are an nn.ModuleList called `blocks`"),
-            ("norm", "the final LayerNorm is `norm`"), ("head", "the classifier is a Linear `head` (dim -> classes)")])
-        images = torch.randn(batch, config["in_channels"], config["image_size"], config["image_size"], generator=g)
-        label = "ViT(" + ", ".join(f"{k}={v}" for k, v in config.items()) + ")"
-        with torch.no_grad():
-            got = c.call(model, images, label=label)
-            c.close(got, reference(images), "logits", _vit_variants(reference, images), atol=1e-4,
-                    shape_hints=[((batch, config["dim"]), "this is the class token's features: apply the head")])
+    _compare(c, cls, SMALL, g)
+    _compare(c, cls, dict(SMALL, image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1,
+                          num_heads=3, mlp_ratio=4.0), g)
+    _initial_values(c, cls)
+    _sincos(c, cls, g)
+    no_class_token = ("cls_token", "with pool='mean' and class_token=None there is no class token: "
+                                   "self.cls_token = None (class_token defaults to pool == 'cls')")
+    _compare(c, cls, dict(SMALL, pool="mean"), g, [no_class_token])
+    _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
+    _drop_path_rates(c, cls)
 
 
-CONFIGS = [
-    ref.CONFIGS["ViT-B/16"],
-    ref.CONFIGS["ViT-Ti/16"],
-    dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=3, num_heads=4, mlp_ratio=2.0),
-    dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=96, depth=5, num_heads=3, mlp_ratio=3.0),
-]
+def _initial_values(c, cls):
+    """A new model: the class token at zero, learned positions small random numbers (std 0.02)."""
+    model = c.build(cls, **SMALL)
+    token, pos = model.cls_token.detach(), model.pos_embed.detach()
+    c.ok(bool(torch.all(token == 0)), "a new model's cls_token should be zeros, got values from "
+         f"{token.min().item():.3g} to {token.max().item():.3g}", "nn.Parameter(torch.zeros(1, 1, dim)), as timm")
+    std = pos.std().item()
+    c.ok(0.01 < std < 0.04 and abs(pos.mean().item()) < 0.01, "a new model's pos_embed should be small random "
+         f"numbers (std 0.02), got mean {pos.mean().item():.3g} and std {std:.3g}",
+         "nn.Parameter(torch.randn(1, n, dim) * 0.02)")
 
 
-def _mistakes(cfg):
-    """(hint, parameters the mistake leaves out) for one configuration."""
-    d, depth, classes = cfg["dim"], cfg["depth"], cfg["num_classes"]
-    hidden, n = int(d * cfg.get("mlp_ratio", 4.0)), (cfg["image_size"] // cfg["patch_size"]) ** 2
-    p2c = cfg["patch_size"] ** 2 * cfg["in_channels"]
-    return [
-        ("the class token (1 x D) is not counted, or its row of the position table ((N + 1) x D)", d),
-        ("the position embeddings ((N + 1) x D) are not counted", (n + 1) * d),
-        ("the class token and its position row are both missing", 2 * d),
-        ("the patch projection's bias (D) is not counted", d),
-        ("the patch projection (P*P*C x D weights + D biases) is not counted", p2c * d + d),
-        ("the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 hidden, fc2 D per block)",
-         depth * (5 * d + hidden)),
-        ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block)",
-         depth * (5 * d + hidden) + d),
-        ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block; head)",
-         depth * (5 * d + hidden) + d + classes),
-        ("the qkv bias (3D per block) is not counted", depth * 3 * d),
-        ("the LayerNorms (2 x 2D per block) are not counted", depth * 4 * d),
-        ("the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)", depth * 4 * d + 2 * d),
-        ("the final LayerNorm (2D) is not counted", 2 * d),
-        ("the LayerNorms are counted with weights only (D each, no bias)", depth * 2 * d + d),
-        ("the head (D x classes + classes) is not counted", d * classes + classes),
-        ("the head's bias is not counted", classes),
-        ("the attention output projection proj (D x D + D per block) is not counted", depth * (d * d + d)),
-        ("every block's parameters are counted once only: multiply by depth", (depth - 1) * (
-            4 * d + 4 * d * d + 4 * d + 2 * d * hidden + hidden + d)),
-    ]
+def _sincos(c, cls, g):
+    """pos_embed="sincos": a buffer (not trained) holding a zero row for the class token, then the sin-cos table."""
+    config = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1, num_heads=4,
+                  mlp_ratio=2.0, pos_embed="sincos")
+    reference = ref.ViT(**config)
+    model = c.build(cls, **config)
+    pos = getattr(model, "pos_embed", None)
+    if isinstance(pos, nn.Parameter):
+        extra = f": {pos.numel():,} trainable parameters too many (+{pos.numel():,})" if pos.requires_grad else ""
+        c.fail(f"with pos_embed='sincos' the position table is an nn.Parameter{extra}",
+               "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)")
+    c.ok("pos_embed" in dict(model.named_buffers()), f"with pos_embed='sincos', pos_embed should be a buffer, got "
+         f"{describe(pos)}", "self.register_buffer('pos_embed', table): saved and moved with the model, never trained")
+    table, zero = reference.pos_embed[0, 1:], torch.zeros(1, config["dim"])
+    c.close(pos, reference.pos_embed, "sin-cos position table (pos_embed)", [
+        ("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
+         lambda: torch.cat([table, zero])[None])],
+        shape_hints=[((1, 16, 64), "the class token needs a position row too: a zero row in front, (1, N + 1, D)"),
+                     ((17, 64), "add the batch axis in front: table[None] is (1, n, D)")])
+    c.load(model, reference, [("pos_embed", "register the table as a buffer named pos_embed, persistent (the "
+                                            "default of register_buffer), so it is saved with the model")])
 
 
-@check("count_parameters")
-def count_parameters(c, fn):
-    """count_parameters(**config) == the trainable parameters of ViT(**config), by formula."""
-    for cfg in CONFIGS:
-        expected = ref.count_parameters(**cfg)
-        got = c.number(c.call(fn, **cfg), "the count")
-        if got == expected:
-            c.tests += 1
-            continue
-        hidden_wrong = (cfg["depth"] * 2 * cfg["dim"] * (int(cfg["dim"] * cfg.get("mlp_ratio", 4.0)) - 4 * cfg["dim"])
-                        + cfg["depth"] * (int(cfg["dim"] * cfg.get("mlp_ratio", 4.0)) - 4 * cfg["dim"]))
-        hints = _mistakes(cfg) + [("the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)", hidden_wrong)]
-        hint = None
-        for text, missing in hints:
-            if missing and expected - got == missing:
-                hint = text
-            elif missing and got - expected == missing:
-                hint = f"{got - expected:,.0f} too many, exactly this part (counted twice?): {text}"
-            if hint:
-                break
-        c.fail(f"counted {got:,.0f} parameters, expected {expected:,} ({expected - got:+,.0f})", hint)
-
-
-@check("pool_tokens")
-def pool_tokens(c, fn):
-    """pool_tokens(x (b, n, D), pool, num_prefix_tokens) -> (b, D): the class token, or the mean of the patch tokens."""
-    g = torch.Generator().manual_seed(23)
-    for b, n, d, prefix in ((2, 5, 3, 1), (3, 7, 4, 1), (2, 6, 5, 0), (1, 9, 2, 2)):
-        x = torch.randn(b, n, d, generator=g)
-        for pool in ("cls", "mean") if prefix else ("mean",):
-            got = c.call(fn, x, pool, prefix)
-            mistakes = [
-                ("the mean includes the class token: average the patch tokens only, x[:, num_prefix_tokens:]",
-                 lambda: x.mean(1)),
-                ("this is the last token, not the class token: the class token is token 0", lambda: x[:, -1]),
-                ("this is the mean of the tokens: for pool='cls' read the class token, x[:, 0]",
-                 lambda: x[:, prefix:].mean(1)),
-                ("this is the class token: for pool='mean' average the patch tokens", lambda: x[:, 0]),
-                ("the mean leaves out one token whatever num_prefix_tokens is: use x[:, num_prefix_tokens:]",
-                 lambda: x[:, 1:].mean(1)),
-            ]
-            c.close(got, ref.pool_tokens(x, pool, prefix), f"pool_tokens(x, {pool!r}, {prefix})", mistakes,
-                    shape_hints=[((b, n - prefix), "you averaged over the features: average over the tokens, dim=1"),
-                                 ((b, 1, d), "drop the token axis: .mean(dim=1), not keepdim")])
+def _drop_path_rates(c, cls):
+    """Stochastic depth rises linearly over the blocks: drop_path * i / max(depth - 1, 1)."""
+    depth, top = 4, 0.3
+    model = c.build(cls, **dict(SMALL, depth=depth, drop_path=top))
+    got = [round(max((float(getattr(m, "p", getattr(m, "drop_prob", 0.0)) or 0.0) for name, m in
+                      block.named_modules() if name.startswith("drop_path")), default=0.0), 6)
+           for block in model.blocks]
+    expected = [round(top * i / (depth - 1), 6) for i in range(depth)]
+    wrong = {"the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, drop_path * i / "
+             "max(depth - 1, 1), so the last block gets drop_path itself": [top * i / depth for i in range(depth)],
+             "the first block should get 0 and the last drop_path: drop_path * i / max(depth - 1, 1)":
+                 [top * (i + 1) / depth for i in range(depth)],
+             "every block gets the same rate: it rises linearly from 0 (first block) to drop_path (last)":
+                 [top] * depth,
+             "the rates fall with depth: the first block gets 0, the last drop_path": expected[::-1],
+             "drop_path seems ignored: give block i the rate drop_path * i / max(depth - 1, 1), "
+             "EncoderBlock(..., drop_path=rate)": [0.0] * depth}
+    hint = next((h for h, rates in wrong.items() if [round(r, 6) for r in rates] == got), None)
+    c.ok(got == expected, f"with drop_path={top} and depth={depth} the blocks' drop-path rates are {got}, expected "
+         f"{expected} (rising linearly from 0 to drop_path)", hint)
+    c.build(cls, **dict(SMALL, depth=1, drop_path=top))  # one block: max(depth - 1, 1) avoids a division by 0

@@ -1,0 +1,122 @@
+"""``python -m vit_course grade``: one line per check cell, from a notebook run in a real kernel."""
+
+import nbformat
+import pytest
+
+from vit_course import grade
+
+CORRECT_MERGE = "def merge_heads(x):\n    return x.transpose(1, 2).flatten(2)"
+VIEW_SPLIT = "def split_heads(x, num_heads):\n    b, n, _ = x.shape\n    return x.view(b, num_heads, n, -1)"
+STUB = ('def scaled_dot_product_attention(q, k, v, mask=None):\n    # YOUR CODE HERE\n'
+        '    raise NotImplementedError("scaled_dot_product_attention")')
+BROKEN = "def pool_tokens(x, pool='cls', num_prefix_tokens=1):\n    return x[:, 0] +"
+
+
+def notebook(path, *cells):
+    """A notebook of markdown (strings starting with '#') and code cells, written to path."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell(c) if c.startswith("# ") else nbformat.v4.new_code_cell(c)
+                for c in cells]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_grades_each_check_cell_in_a_kernel(tmp_path, capsys):
+    path = notebook(tmp_path / "exercises.ipynb",
+                    "# Exercises", "from vit_course import checks",
+                    CORRECT_MERGE, "checks.merge_heads(merge_heads)",  # cells 3-4: passes
+                    "# Split", VIEW_SPLIT, "checks.split_heads(split_heads)",  # cells 6-7: fails
+                    STUB, "checks.scaled_dot_product_attention(scaled_dot_product_attention)",  # 8-9: untouched
+                    BROKEN, "checks.pool_tokens(pool_tokens)",  # 10-11: the exercise cell itself fails
+                    "raise RuntimeError('after the last check: never run')")
+    before = path.read_text()
+    assert grade.main([str(path), "--timeout", "120"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "✔ merge_heads (cell 4)"
+    assert lines[1].startswith("✘ split_heads (cell 7): wrong split into 3 heads: largest difference")
+    assert lines[2] == ("✘ scaled_dot_product_attention (cell 9): not done yet: scaled_dot_product_attention. "
+                        "Replace `raise NotImplementedError` in the scaled_dot_product_attention cell with your "
+                        "code, run that cell, then run this check again.")
+    assert lines[3].startswith("✘ pool_tokens (cell 11): cell 10 raised SyntaxError: invalid syntax")
+    assert lines[4] == "1 of 4 exercises pass" and len(lines) == 5
+    assert "\x1b" not in "\n".join(lines)
+    assert path.read_text() == before  # the learner's file is left alone
+
+
+def executed(*cells):
+    """A notebook as a kernel leaves it: (source, outputs) pairs, outputs as nbformat dicts."""
+    nb = nbformat.v4.new_notebook()
+    for count, (source, outputs) in enumerate(cells, 1):
+        cell = nbformat.v4.new_code_cell(source)
+        cell.outputs, cell.execution_count = [nbformat.from_dict(o) for o in outputs], count
+        nb.cells.append(cell)
+    return nb
+
+
+def stream(text):
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def error(ename, evalue):
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": []}
+
+
+def test_all_passing_exits_0(tmp_path, monkeypatch, capsys):
+    path = notebook(tmp_path / "done.ipynb", "from vit_course import checks", "checks.MLP(MLP)", "checks.ViT(ViT)")
+
+    def fake_execute(nb, folder, timeout=None, kernel=None):
+        nb.cells[1].outputs = [nbformat.from_dict(stream("✔ MLP: passed 10 tests\n"))]
+        nb.cells[2].outputs = [nbformat.from_dict(stream("✔ ViT: passed 14 tests\n"))]
+        for i, cell in enumerate(nb.cells):
+            cell.execution_count = i + 1
+
+    monkeypatch.setattr(grade, "execute", fake_execute)
+    assert grade.main([str(path)]) == 0
+    assert capsys.readouterr().out == "✔ MLP (cell 2)\n✔ ViT (cell 3)\n2 of 2 exercises pass\n"
+
+
+def test_verdicts_without_a_kernel():
+    nb = executed(
+        ("x = 1", []),
+        ("checks.MLP(MLP)", [error("CheckFailed", "MLP: wrong output: largest difference 1\n  tried: MLP(6, 24)")]),
+        ("class LayerNorm(nn.Module):\n    pass", [error("NameError", "name 'nn' is not defined")]),
+        ("checks.LayerNorm(LayerNorm)", [error("NameError", "name 'LayerNorm' is not defined")]),
+        ("checks.DropPath(DropPath)", [error("NameError", "\x1b[0;31mname 'DropPath' is not defined\x1b[0m")]),
+        ("checks.EncoderBlock(EncoderBlock)", []),
+        ("checks.ViT(ViT)", [stream("✔ ViT: passed 14 tests\n")]),
+    )
+    assert grade.verdict(nb, 1, "MLP", 0) == (False, "wrong output: largest difference 1")
+    assert grade.verdict(nb, 3, "LayerNorm", 2) == (False, "cell 3 raised NameError: name 'nn' is not defined")
+    assert grade.verdict(nb, 4, "DropPath", 4) == (False, "NameError: name 'DropPath' is not defined")
+    assert grade.verdict(nb, 5, "EncoderBlock", 5)[0] is False  # ran, printed nothing
+    assert grade.verdict(nb, 6, "ViT", 6) == (True, "")
+    nb.cells[6].outputs, nb.cells[6].execution_count = [], None
+    assert grade.verdict(nb, 6, "ViT", 6, stopped="CellTimeoutError: cell 5 took too long") == (
+        False, "not run (CellTimeoutError: cell 5 took too long)")
+
+
+def test_check_cells_skip_comments_and_markdown():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("run `checks.MLP(MLP)` below"),
+                nbformat.v4.new_code_cell("# checks.LayerNorm(LayerNorm)  (optional, skipped)"),
+                nbformat.v4.new_code_cell("print('go')\nchecks.DropPath(DropPath)  # the check")]
+    assert grade.check_cells(nb) == [(2, "DropPath")]
+
+
+@pytest.mark.parametrize("argv, code, says", [
+    (["missing.ipynb"], 2, "no notebook at"), (["bad.ipynb"], 2, "cannot read"), (["none.ipynb"], 1, "no check cell"),
+])
+def test_usage_errors(tmp_path, monkeypatch, capsys, argv, code, says):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.ipynb").write_text("not json")
+    notebook(tmp_path / "none.ipynb", "x = 1")
+    assert grade.main(argv) == code
+    assert says in capsys.readouterr().err
+
+
+def test_help_says_how_cells_are_counted(capsys):
+    with pytest.raises(SystemExit):
+        grade.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Cell N counts every cell of the notebook, markdown cells included, from 1 at the top" in text

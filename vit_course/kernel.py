@@ -1,0 +1,32 @@
+"""Running a notebook in a fresh Jupyter kernel that imports this checkout's ``vit_course`` (every chapter):
+re-executing the solutions (``notebooks --execute``) and grading a learner's notebook (``grade``).
+"""
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository: the kernel imports its vit_course
+TIMEOUT = 3600  # seconds per cell: training cells on a slow CPU
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def run(nb, folder, timeout=TIMEOUT, kernel="python3", allow_errors=False):
+    """Execute ``nb``'s cells in place in a fresh kernel with ``folder`` as the working directory.
+
+    jupyter_client replaces the kernelspec's "python" by sys.executable, so the kernel is this interpreter, and
+    PYTHONPATH makes it import this checkout's vit_course even if another copy is installed. An error in a cell
+    raises (nbclient's CellExecutionError) unless ``allow_errors``. Progress bars are live widgets whose state is
+    not kept: their outputs are dropped afterwards, and only the lines printed beside them stay.
+    """
+    from nbclient import NotebookClient  # only needed here: keeps importing the package light
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, allow_errors=allow_errors, record_timing=False,
+                            store_widget_state=False, resources={"metadata": {"path": str(folder)}})
+    try:
+        client.execute(env=env)
+    finally:
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = [o for o in cell.get("outputs", []) if WIDGET not in o.get("data", {})]
+    return nb
