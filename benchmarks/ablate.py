@@ -29,6 +29,7 @@ def main(argv=None):
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="default: runs/ablate/NAME")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the free cores)")
     args = parser.parse_args(argv)
     recipe = copy.deepcopy(recipes.RECIPES[args.name])
     changes = {}
@@ -47,7 +48,7 @@ def main(argv=None):
     recipes.RECIPES[args.name] = recipe  # this process only
     out = args.out or f"runs/ablate/{args.name}"
     metrics = recipes.train_recipe(args.name, out=out, seed=args.seed, time_budget=args.budget, started=started,
-                                   progress=False)
+                                   progress=False, threads=args.threads)
     print(json.dumps({"recipe": args.name, "set": changes, "test_accuracy": metrics["test_accuracy"],
                       "epochs": metrics["epochs"], "wall_seconds": metrics["wall_seconds"],
                       "threads": metrics["threads"], "cpu_load_before": metrics["cpu_load_before"]}))

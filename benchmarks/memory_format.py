@@ -16,14 +16,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course.checkpoint import create_model  # noqa: E402
+from vit_course import ViT  # noqa: E402
 from vit_course.recipes import RECIPES  # noqa: E402
 from vit_course.train import param_groups, train_step  # noqa: E402
 
 
 def variant(config, batch_size, channels_last):
     torch.manual_seed(0)
-    model = create_model(config).train()
+    model = ViT(**config).train()
     if not channels_last:  # undo the stem's layout: NCHW weights, NCHW activations
         stem = model.stem
         stem.to(memory_format=torch.contiguous_format)

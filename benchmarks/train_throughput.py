@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course.checkpoint import create_model  # noqa: E402
+from vit_course import ViT  # noqa: E402
 from vit_course.recipes import RECIPES  # noqa: E402
 from vit_course.train import param_groups  # noqa: E402
 
@@ -42,7 +42,7 @@ def step_flops_and_seconds(name, steps, autocast=False):
     """(FLOPs of one training step, median seconds per step) for recipe ``name``'s model at its batch size."""
     recipe = RECIPES[name]
     torch.manual_seed(0)
-    model = create_model(recipe["model"]).train()
+    model = ViT(**recipe["model"]).train()
     optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
     batch = recipe["train"]["batch_size"]
     c, h = recipe["model"]["in_channels"], recipe["model"]["image_size"]

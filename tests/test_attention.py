@@ -40,7 +40,7 @@ def test_self_attention_is_one_head():
     torch.manual_seed(2)
     attn = SelfAttention(dim=10, head_dim=6)
     x = torch.randn(3, 7, 10)
-    out, weights = attn(x, return_attention=True)
+    out, weights = attn(x), attn.attention_weights(x)
     assert out.shape == (3, 7, 6) and weights.shape == (3, 7, 7)
     expected = F.scaled_dot_product_attention(x @ attn.q.weight.T, x @ attn.k.weight.T, x @ attn.v.weight.T)
     assert torch.allclose(out, expected, **TOL)
@@ -74,15 +74,19 @@ def test_mha_matches_nn_multihead_attention():
     x = torch.randn(3, 9, dim)
     expected, expected_weights = ref(x, x, x, average_attn_weights=False)
     assert torch.allclose(mha(x), expected, **TOL)
-    out, weights = mha(x, return_attention=True)
+    out, weights = mha(x), mha.attention_weights(x)
     assert torch.allclose(out, expected, **TOL)
+    # the explicit weights times the values give the fused kernel's output
+    explicit = mha.proj(merge_heads(weights @ mha.split_qkv(x)[2]))
+    assert torch.allclose(explicit, expected, **TOL)
     assert torch.allclose(weights, expected_weights, **TOL)
     mask = torch.rand(9, 9) > 0.3
     mask.fill_diagonal_(True)
     # nn.MultiheadAttention's boolean mask means the opposite: True = may NOT attend.
     expected_masked, _ = ref(x, x, x, attn_mask=~mask)
     assert torch.allclose(mha(x, mask=mask), expected_masked, **TOL)
-    assert torch.allclose(mha(x, mask=mask, return_attention=True)[0], expected_masked, **TOL)
+    masked_weights = mha.attention_weights(x, mask=mask)
+    assert torch.allclose(mha.proj(merge_heads(masked_weights @ mha.split_qkv(x)[2])), expected_masked, **TOL)
 
 
 def test_mha_parameter_count_does_not_depend_on_heads():

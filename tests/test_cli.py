@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from vit_course.__main__ import main
+from vit_course.batches import AUGMENT
 from vit_course.checkpoint import load_checkpoint
-from vit_course.data import DATASETS
-from vit_course.recipes import RECIPES
+from vit_course.recipes import RECIPES, full_config
 
 
 @pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
@@ -28,7 +28,7 @@ def test_train_writes_model_metrics_and_curves(tmp_path, capsys):
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["epochs"] == 1 and metrics["seed"] == 3
     assert metrics["device"] == "cpu" and metrics["recipe"] == "mnist" and metrics["torch"] == torch.__version__
     model, state = load_checkpoint(out / "model.pt")
-    assert state["config"] == RECIPES["mnist"]["model"]
+    assert state["config"] == full_config(RECIPES["mnist"]["model"])  # the recipe, every default filled in
     assert metrics["params"] == sum(p.numel() for p in model.parameters())
     assert state["metrics"]["test_accuracy"] == metrics["test_accuracy"]
     assert "optimizer" not in state  # the shipped file stays small
@@ -60,24 +60,6 @@ def test_recipes_are_complete():
             recipe["train"]), name
 
 
-def test_pick_threads(monkeypatch):
-    from vit_course import recipes
-
-    assert recipes.pick_threads(3) == 3
-    with pytest.raises(ValueError, match="0"):
-        recipes.pick_threads(0)
-    monkeypatch.setattr(recipes.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(recipes.torch, "get_num_threads", lambda: 2)
-    for busy, expected in ((0.1, 2), (0.7, 1), (1.0, 1), (5.0, 1)):
-        monkeypatch.setattr(recipes, "busy_cores", lambda busy=busy: busy)
-        assert recipes.pick_threads() == expected, busy
-    monkeypatch.setattr(recipes, "busy_cores", lambda: None)  # off Linux: the load average decides
-    monkeypatch.setattr(recipes.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
-    assert recipes.pick_threads() == 1
-    monkeypatch.setattr(recipes.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
-    assert recipes.pick_threads() == 2
-
-
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
 def test_busy_cores_counts_other_processes_only():
     """Another process spinning shows up as about one core; a thread of this process spinning does not (those
@@ -85,7 +67,7 @@ def test_busy_cores_counts_other_processes_only():
     import subprocess
     import threading
 
-    from vit_course.recipes import busy_cores
+    from vit_course.device import busy_cores
 
     idle = busy_cores(0.3)
     other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -131,8 +113,27 @@ def test_recipe_augmentation_reaches_the_loader(monkeypatch):
             recipes.train_recipe(name, device="cpu", progress=False)
         augment = caught.value.args[0]
         dataset = recipes.RECIPES[name]["dataset"]
-        augment = DATASETS[dataset]["augment"] if augment is True else augment  # True: the dataset's own
+        augment = AUGMENT[dataset] if augment is True else augment  # True: the dataset's own
         images = torch.full((2000, channels, 28, 28), 255, dtype=torch.uint8)
         out = augment(images, torch.Generator().manual_seed(0))  # (2000, C, 28, 28)
         zero_rows = (out == 0).all(dim=3).all(dim=1).sum(dim=1)  # (2000,) rows of zero padding per image
         assert zero_rows.max().item() == shift, (name, zero_rows.max().item())
+
+
+def test_resume_refuses_another_runs_checkpoint(tmp_path):
+    from vit_course import ViT
+    from vit_course.checkpoint import save_checkpoint
+    from vit_course.recipes import check_resumable
+
+    path = tmp_path / "checkpoint.pt"
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        check_resumable(path, RECIPES["mnist"]["model"], {"recipe": "mnist", "settings": {"lr": 1e-3}})
+    config = RECIPES["mnist"]["model"]
+    settings = {"epochs": 3, "lr": 2e-3, "seed": 0}
+    save_checkpoint(path, ViT(**config), recipe="mnist", settings=settings)
+    check_resumable(path, dict(config, stem_channels=list(config["stem_channels"])),  # lists equal tuples
+                    {"recipe": "mnist", "settings": dict(settings)})
+    with pytest.raises(ValueError, match=r"recipe, config differ.*'mnist'.*'cifar10-plain'"):
+        check_resumable(path, RECIPES["cifar10-plain"]["model"], {"recipe": "cifar10-plain", "settings": settings})
+    with pytest.raises(ValueError, match=r"settings differ.*'seed': 0.*'seed': 1"):
+        check_resumable(path, config, {"recipe": "mnist", "settings": {**settings, "seed": 1}})

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vit_course import data
+from vit_course import batches, data, download
 from vit_course.data import DatasetCorrupt, DatasetNotFound
 
 # ---------------------------------------------------------------- small files in the official formats
@@ -151,7 +151,7 @@ def test_real_data_loads(name):
 
 @real
 def test_real_loaders():
-    train, test = data.loaders("mnist", 1000, device="cpu")
+    train, test = batches.loaders("mnist", 1000, device="cpu")
     assert len(train) == 60 and len(test) == 10
     x, y = next(iter(train))
     assert x.shape == (1000, 1, 28, 28) and x.dtype == torch.float32 and y.shape == (1000,)
@@ -167,13 +167,13 @@ def test_loaders_augment_choices():
         calls.append(tuple(batch.shape))
         return batch
 
-    hooked, _ = data.loaders("cifar10", 500, device="cpu", augment=hook)
-    plain, _ = data.loaders("cifar10", 500, device="cpu", augment=False)
-    standard, _ = data.loaders("cifar10", 500, device="cpu")
+    hooked, _ = batches.loaders("cifar10", 500, device="cpu", augment=hook)
+    plain, _ = batches.loaders("cifar10", 500, device="cpu", augment=False)
+    standard, _ = batches.loaders("cifar10", 500, device="cpu")
     x, _ = next(iter(hooked))
     assert calls == [(500, 3, 32, 32)]
     assert torch.equal(x, next(iter(plain))[0])  # same seed, same order: the identity hook is no augmentation
-    assert plain.augment is None and standard.augment is data.cifar_augment
+    assert plain.augment is None and standard.augment is batches.cifar_augment
 
 # ---------------------------------------------------------------- downloads from a loopback server
 
@@ -210,7 +210,7 @@ def serve_mnist(served, monkeypatch, n=6):
     """Small MNIST test files on the server, their MD5s in the table, the split size set to match."""
     *_, images, labels = mnist_pair(served, n=n, prefix="t10k")
     for f in ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]:
-        monkeypatch.setitem(data.MD5, f, hashlib.md5((served / f).read_bytes()).hexdigest())
+        monkeypatch.setitem(download.MD5, f, hashlib.md5((served / f).read_bytes()).hexdigest())
     monkeypatch.setitem(data.DATASETS["mnist"]["sizes"], "test", n)
     return images, labels
 
@@ -218,7 +218,7 @@ def serve_mnist(served, monkeypatch, n=6):
 def test_download_mnist_uses_the_mirror(server, tmp_path, monkeypatch):
     url, served = server
     images, labels = serve_mnist(served, monkeypatch)
-    monkeypatch.setitem(data.MIRRORS, "mnist", [closed_port_url(), url])  # the first source is down
+    monkeypatch.setitem(download.MIRRORS, "mnist", [closed_port_url(), url])  # the first source is down
     root = tmp_path / "root"
     x, y = data.load("mnist", "test", root=root)
     assert torch.equal(x[:, 0], torch.from_numpy(images)) and torch.equal(y, torch.from_numpy(labels).long())
@@ -229,8 +229,8 @@ def test_download_mnist_uses_the_mirror(server, tmp_path, monkeypatch):
 def test_download_checksum_mismatch_leaves_nothing(server, tmp_path, monkeypatch):
     url, served = server
     serve_mnist(served, monkeypatch)
-    monkeypatch.setitem(data.MD5, "t10k-images-idx3-ubyte.gz", "0" * 32)
-    monkeypatch.setitem(data.MIRRORS, "mnist", [url])
+    monkeypatch.setitem(download.MD5, "t10k-images-idx3-ubyte.gz", "0" * 32)
+    monkeypatch.setitem(download.MIRRORS, "mnist", [url])
     root = tmp_path / "root"
     actual = hashlib.md5((served / "t10k-images-idx3-ubyte.gz").read_bytes()).hexdigest()
     with pytest.raises(DatasetCorrupt, match=f"t10k-images-idx3-ubyte.gz .*expected MD5 0{{32}}, got {actual}"):
@@ -239,7 +239,7 @@ def test_download_checksum_mismatch_leaves_nothing(server, tmp_path, monkeypatch
 
 
 def test_offline_error_is_helpful(tmp_path, monkeypatch):
-    monkeypatch.setitem(data.MIRRORS, "mnist", [closed_port_url(), closed_port_url()])
+    monkeypatch.setitem(download.MIRRORS, "mnist", [closed_port_url(), closed_port_url()])
     root = tmp_path / "root"
     with pytest.raises(DatasetNotFound) as error:
         data.load("mnist", "train", root=root)
@@ -272,8 +272,8 @@ def test_download_cifar(server, tmp_path, monkeypatch):
     batches = {f"cifar-10-batches-bin/{f}": cifar_bytes(3, seed=i)[0]
                for i, f in enumerate(data.CIFAR_FILES["train"] + data.CIFAR_FILES["test"])}
     archive = make_tar(served / "cifar-10-binary.tar.gz", {**batches, "cifar-10-batches-bin/readme.html": b"hi"})
-    monkeypatch.setitem(data.MD5, "cifar-10-binary.tar.gz", hashlib.md5(archive.read_bytes()).hexdigest())
-    monkeypatch.setitem(data.MIRRORS, "cifar10", [url])
+    monkeypatch.setitem(download.MD5, "cifar-10-binary.tar.gz", hashlib.md5(archive.read_bytes()).hexdigest())
+    monkeypatch.setitem(download.MIRRORS, "cifar10", [url])
     root = tmp_path / "root"
     x, y = data.load("cifar10", "train", root=root)
     assert x.shape == (15, 3, 32, 32) and y.shape == (15,)
@@ -294,7 +294,7 @@ def test_extract_refuses_escapes_and_links(tmp_path, member):
     archive = make_tar(tmp_path / "a.tar.gz", members)
     root = tmp_path / "deep" / "root"
     with pytest.raises(DatasetCorrupt, match="refusing member"):
-        data.extract_cifar(archive, root)
+        download.extract_cifar(archive, root)
     written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file() or p.is_symlink()}
     assert written <= {"a.tar.gz", "deep/root/cifar-10-batches-bin/test_batch.bin"}
 
@@ -316,7 +316,7 @@ def find_crop(out, padded, size):
 
 def test_random_crop_flip_is_a_crop_of_the_padded_input():
     images = torch.randint(1, 256, (600, 2, 6, 5), dtype=torch.uint8)  # no zeros: each crop is unique
-    out = data.random_crop_flip(images, padding=2, generator=torch.Generator().manual_seed(0))
+    out = batches.random_crop_flip(images, padding=2, generator=torch.Generator().manual_seed(0))
     assert out.shape == images.shape and out.dtype == torch.uint8
     padded = F.pad(images, (2, 2, 2, 2))
     found = [find_crop(o, p, (6, 5)) for o, p in zip(out, padded, strict=True)]
@@ -329,20 +329,20 @@ def test_random_crop_flip_is_a_crop_of_the_padded_input():
 
 def test_random_crop_flip_determinism_and_variety():
     images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
-    a = data.random_crop_flip(images, generator=torch.Generator().manual_seed(1))
-    b = data.random_crop_flip(images, generator=torch.Generator().manual_seed(1))
-    c = data.random_crop_flip(images, generator=torch.Generator().manual_seed(2))
+    a = batches.random_crop_flip(images, generator=torch.Generator().manual_seed(1))
+    b = batches.random_crop_flip(images, generator=torch.Generator().manual_seed(1))
+    c = batches.random_crop_flip(images, generator=torch.Generator().manual_seed(2))
     assert torch.equal(a, b) and not torch.equal(a, c)
-    assert torch.equal(data.random_crop_flip(images, padding=0, flip=False), images)
-    floats = data.random_crop_flip(images.float(), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(batches.random_crop_flip(images, padding=0, flip=False), images)
+    floats = batches.random_crop_flip(images.float(), generator=torch.Generator().manual_seed(1))
     assert floats.dtype == torch.float32 and torch.equal(floats, a.float())
     with pytest.raises(ValueError, match=r"\(3, 32, 32\)"):
-        data.random_crop_flip(images[0])
+        batches.random_crop_flip(images[0])
 
 
 def test_random_translate():
     images = torch.randint(1, 256, (300, 1, 5, 5), dtype=torch.uint8)
-    out = data.random_translate(images, max_shift=1, generator=torch.Generator().manual_seed(0))
+    out = batches.random_translate(images, max_shift=1, generator=torch.Generator().manual_seed(0))
     found = [find_crop(o, p, (5, 5)) for o, p in zip(out, F.pad(images, (1, 1, 1, 1)), strict=True)]
     assert None not in found and not any(f for *_, f in found)  # shifts only, never a mirror
     assert {(dy, dx) for dy, dx, _ in found} == {(dy, dx) for dy in range(3) for dx in range(3)}
@@ -350,12 +350,12 @@ def test_random_translate():
 
 def test_normalize():
     images = torch.tensor([0, 51, 255], dtype=torch.uint8).view(1, 1, 1, 3).expand(2, 3, 1, 3)
-    x = data.normalize(images, mean=(0.0, 0.2, 1.0), std=(1.0, 0.5, 2.0))
+    x = batches.normalize(images, mean=(0.0, 0.2, 1.0), std=(1.0, 0.5, 2.0))
     assert x.dtype == torch.float32 and x.shape == (2, 3, 1, 3)
     expected = torch.tensor([[0.0, 0.2, 1.0], [-0.4, 0.0, 1.6], [-0.5, -0.4, 0.0]])
     assert torch.allclose(x[1, :, 0], expected, atol=1e-6)
     with pytest.raises(ValueError, match=r"mean has 2 values \[0.5, 0.5\], the images have 3 channels"):
-        data.normalize(images, mean=(0.5, 0.5), std=(1.0, 1.0, 1.0))
+        batches.normalize(images, mean=(0.5, 0.5), std=(1.0, 1.0, 1.0))
 
 
 # ---------------------------------------------------------------- DeviceLoader
@@ -371,33 +371,33 @@ def test_device_loader_epochs():
     images = torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, 1, 2, 2).contiguous()
     labels = torch.arange(n)  # label = index: shows which samples came out
     kw = dict(mean=0.5, std=0.25, shuffle=True, seed=7)
-    loader = data.DeviceLoader(images, labels, 10, **kw)
+    loader = batches.DeviceLoader(images, labels, 10, **kw)
     assert len(loader) == 11 and loader.device == torch.device("cpu")
     x0, y0 = epoch_of(loader)
     x1, y1 = epoch_of(loader)
     assert sorted(y0.tolist()) == sorted(y1.tolist()) == list(range(n))  # every sample once per epoch
     assert not torch.equal(y0, y1)  # a new order each epoch
     assert x0.dtype == torch.float32 and y0.dtype == torch.int64
-    assert torch.allclose(x0, data.normalize(images[y0], 0.5, 0.25))  # each x goes with its y
-    again = data.DeviceLoader(images, labels, 10, **kw)
+    assert torch.allclose(x0, batches.normalize(images[y0], 0.5, 0.25))  # each x goes with its y
+    again = batches.DeviceLoader(images, labels, 10, **kw)
     assert torch.equal(epoch_of(again)[1], y0) and torch.equal(epoch_of(again)[1], y1)  # the same seed repeats
     again.set_epoch(1)
     assert torch.equal(epoch_of(again)[1], y1)
-    other = data.DeviceLoader(images, labels, 10, **{**kw, "seed": 8})
+    other = batches.DeviceLoader(images, labels, 10, **{**kw, "seed": 8})
     assert not torch.equal(epoch_of(other)[1], y0)
-    dropped = data.DeviceLoader(images, labels, 10, drop_last=True, **kw)
+    dropped = batches.DeviceLoader(images, labels, 10, drop_last=True, **kw)
     assert len(dropped) == 10 and len(epoch_of(dropped)[1]) == 100
-    plain = data.DeviceLoader(images, labels, 10, mean=0.5, std=0.25)
+    plain = batches.DeviceLoader(images, labels, 10, mean=0.5, std=0.25)
     assert torch.equal(epoch_of(plain)[1], labels)  # no shuffle: in order
 
 
 def test_device_loader_augmentation_is_seeded():
     images = torch.randint(0, 256, (40, 3, 8, 8), dtype=torch.uint8)
     labels = torch.zeros(40, dtype=torch.int64)
-    make = lambda seed: data.DeviceLoader(images, labels, 16, augment=data.cifar_augment, mean=0.5, std=0.25,
+    make = lambda seed: batches.DeviceLoader(images, labels, 16, augment=batches.cifar_augment, mean=0.5, std=0.25,
                                           seed=seed)
     a, b, c = make(0), make(0), make(1)
     xa0, xb0, xc0 = epoch_of(a)[0], epoch_of(b)[0], epoch_of(c)[0]
     assert torch.equal(xa0, xb0) and not torch.equal(xa0, xc0)
     assert not torch.equal(epoch_of(a)[0], xa0)  # new crops in the next epoch
-    assert not torch.equal(xa0, data.normalize(images, 0.5, 0.25))  # the augmentation ran
+    assert not torch.equal(xa0, batches.normalize(images, 0.5, 0.25))  # the augmentation ran

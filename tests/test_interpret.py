@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from vit_course import ViT, sincos_position_embedding
+from vit_course.embeddings import embedding_filters, position_embedding_similarity
 from vit_course.interpret import (
     attention_distances,
     attention_map,
     attention_rollout,
-    embedding_filters,
+    layer_attentions,
     mean_attention_distance,
-    position_embedding_similarity,
     rollout_map,
 )
 
@@ -141,7 +141,7 @@ def test_attention_distances_of_a_model():
     images = torch.randn(5, 3, 16, 16)
     distances = attention_distances(model, images, batch_size=2)
     assert distances.shape == (3, 2)
-    _, attentions = model.eval()(images, return_attention=True)
+    attentions = layer_attentions(model, images)
     expected = mean_attention_distance(attentions[1], 4, 4)
     torch.testing.assert_close(distances[1], expected)
     # untrained attention is close to uniform: between a neighbour's distance and the grid's diameter
@@ -153,7 +153,7 @@ def test_attention_distances_of_a_hybrid_model_count_stem_pixels():
     model = ViT(image_size=16, patch_size=1, in_channels=3, num_classes=5, dim=32, depth=2, num_heads=2,
                 stem_channels=(8, 8))
     images = torch.randn(2, 3, 16, 16)
-    _, attentions = model.eval()(images, return_attention=True)
+    attentions = layer_attentions(model, images)
     expected = mean_attention_distance(attentions[0], model.grid_size, 4)  # 1 feature-map patch = 4 pixels
     torch.testing.assert_close(attention_distances(model, images)[0], expected)
 

@@ -11,7 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import vit_course.batches  # noqa: E402
 from vit_course import ViT, attention_distances, plots, position_embedding_similarity, widgets  # noqa: E402
+from vit_course.interpret import pixels_per_token, run_model  # noqa: E402
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "vit_course" / "checkpoints"
 CLASSES = [f"class {i}" for i in range(5)]
@@ -44,10 +46,10 @@ def drawn(fig):
 
 
 def draw_every_figure(model, images, labels, class_names, mean=None, std=None):
-    _, attentions = plots.run_model(model, images[:1], mean, std)
-    inputs = plots.model_inputs(images, mean, std)
+    _, attentions = run_model(model, vit_course.batches.normalize(images[:1], mean, std))
+    inputs = vit_course.batches.normalize(images, mean, std)
     figures = [
-        plots.plot_patch_grid(images[0], model.patch_embed.patch_size * (model.stem.reduction if model.stem else 1)),
+        plots.plot_patch_grid(images[0], pixels_per_token(model)),
         plots.plot_attention_maps(attentions, images[0], model.grid_size),
         plots.plot_rollout_grid(model, images, labels, class_names, mean, std, ncols=2),
         plots.plot_attention_distance(attention_distances(model, inputs), reference=3.0),
@@ -55,7 +57,7 @@ def draw_every_figure(model, images, labels, class_names, mean=None, std=None):
         widgets.attention_view(model, images, labels, class_names, index=1, layer=-1, head=0, mode="attention",
                                mean=mean, std=std),
     ]
-    if model.stem is None:
+    if not model.config["stem_channels"]:
         figures.append(plots.plot_embedding_filters(model.patch_embed.proj.weight, model.patch_embed.patch_size,
                                                     model.in_channels))
     else:  # a hybrid embeds feature maps: its pixel-level filters are the stem's first convolution
@@ -69,7 +71,7 @@ def test_every_figure_draws_for_a_random_small_model(name):
     model = small_model(name)
     images = images_for(model)
     draw_every_figure(model, images, torch.tensor([0, 1, 2, 3]), CLASSES)
-    if model.stem is not None:
+    if model.config["stem_channels"]:
         with pytest.raises(ValueError, match="8 channels"):
             plots.plot_embedding_filters(model.patch_embed.proj.weight, 1, 8)
 
@@ -123,7 +125,7 @@ def test_distance_figure_puts_layers_on_x_and_one_dot_per_head():
 def test_pixels_and_model_inputs():
     images = torch.tensor([0, 51, 255], dtype=torch.uint8).view(1, 3, 1, 1)
     torch.testing.assert_close(plots.to_pixels(images).flatten(), torch.tensor([0.0, 0.2, 1.0]))
-    normalised = plots.model_inputs(images, mean=(0.0, 0.2, 0.5), std=(1.0, 0.5, 0.25))
+    normalised = vit_course.batches.normalize(images, mean=(0.0, 0.2, 0.5), std=(1.0, 0.5, 0.25))
     torch.testing.assert_close(normalised.flatten(), torch.tensor([0.0, 0.0, 2.0]))
     shown = plots.to_pixels(torch.tensor([-2.0, 0.0, 2.0]).view(1, 3, 1, 1))  # normalised floats: own range
     torch.testing.assert_close(shown.flatten(), torch.tensor([0.0, 0.5, 1.0]))

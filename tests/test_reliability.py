@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_course import train
-from vit_course.checkpoint import create_model, load_checkpoint
+from vit_course import ViT, loop
+from vit_course.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = dict(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=16, depth=1, num_heads=2)
@@ -47,8 +47,8 @@ def snapshot(model):
 
 
 def interrupting_step(monkeypatch, after, seen):
-    """Patch train.train_step to raise KeyboardInterrupt on call number `after` + 1; seen[n] = weights before call n."""
-    real = train.train_step
+    """Patch loop.train_step to raise KeyboardInterrupt on call number `after` + 1; seen[n] = weights before call n."""
+    real = loop.train_step
     calls = 0
 
     def step(model, *args, **kwargs):
@@ -59,16 +59,16 @@ def interrupting_step(monkeypatch, after, seen):
             raise KeyboardInterrupt
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(train, "train_step", step)
+    monkeypatch.setattr(loop, "train_step", step)
 
 
 def test_interrupt_during_fit_leaves_a_usable_model_and_the_last_checkpoint(tmp_path, monkeypatch):
     torch.manual_seed(0)
-    model, data, ckpt = create_model(CONFIG), batches(), tmp_path / "run" / "checkpoint.pt"
+    model, data, ckpt = ViT(**CONFIG), batches(), tmp_path / "run" / "checkpoint.pt"
     seen = {}
     interrupting_step(monkeypatch, after=6, seen=seen)  # 4 steps per epoch: interrupted in epoch 2, 3rd step
     with pytest.raises(KeyboardInterrupt):
-        train.fit(model, data, data[:1], checkpoint=ckpt, **RECIPE)
+        loop.fit(model, data, data[:1], checkpoint=ckpt, **RECIPE)
 
     # the model: eval mode, the weights of the last step taken (not rolled back, not half-updated), usable
     assert not model.training, "an interrupted fit left the model in train mode (dropout on in later cells)"
@@ -86,7 +86,7 @@ def test_interrupt_during_fit_leaves_a_usable_model_and_the_last_checkpoint(tmp_
 
     # resuming in the same process continues after epoch 1 and finishes
     monkeypatch.undo()
-    history = train.fit(model, data, data[:1], checkpoint=ckpt, resume=True, **RECIPE)
+    history = loop.fit(model, data, data[:1], checkpoint=ckpt, resume=True, **RECIPE)
     assert history["epoch"] == [1.0, 2.0, 3.0] and load_checkpoint(ckpt)[1]["epoch"] == 3
 
 
@@ -94,23 +94,23 @@ def test_rerunning_after_an_interrupt_trains_from_scratch_the_same_way(tmp_path,
     """Rerunning the notebook from the top, without restarting the kernel, gives the same run as a fresh kernel."""
     data = batches()
     torch.manual_seed(0)
-    reference = create_model(CONFIG)
-    expected = train.fit(reference, data, data[:1], seed=1, **RECIPE)
+    reference = ViT(**CONFIG)
+    expected = loop.fit(reference, data, data[:1], seed=1, **RECIPE)
     interrupting_step(monkeypatch, after=5, seen={})
     torch.manual_seed(0)
     with pytest.raises(KeyboardInterrupt):
-        train.fit(create_model(CONFIG), data, data[:1], seed=1, **RECIPE)
+        loop.fit(ViT(**CONFIG), data, data[:1], seed=1, **RECIPE)
     monkeypatch.undo()
     torch.manual_seed(0)
-    model = create_model(CONFIG)
-    history = train.fit(model, data, data[:1], seed=1, **RECIPE)
+    model = ViT(**CONFIG)
+    history = loop.fit(model, data, data[:1], seed=1, **RECIPE)
     assert history["train_loss"] == expected["train_loss"] and history["test_acc"] == expected["test_acc"]
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters(), strict=True))
 
 
 def test_interrupt_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     torch.manual_seed(0)
-    model, data, ckpt = create_model(CONFIG), batches(), tmp_path / "checkpoint.pt"
+    model, data, ckpt = ViT(**CONFIG), batches(), tmp_path / "checkpoint.pt"
     real_save, saves = torch.save, []
 
     def save(obj, f, *args, **kwargs):  # the second save dies halfway through writing
@@ -122,7 +122,7 @@ def test_interrupt_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypa
 
     monkeypatch.setattr(torch, "save", save)
     with pytest.raises(KeyboardInterrupt):
-        train.fit(model, data, data[:1], checkpoint=ckpt, **RECIPE)
+        loop.fit(model, data, data[:1], checkpoint=ckpt, **RECIPE)
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"], "a temporary file was left behind"
     assert load_checkpoint(ckpt)[1]["epoch"] == 1

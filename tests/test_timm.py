@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vit_course import CONFIGS, ViT, convert_timm_state_dict
+from vit_course import CONFIGS, ViT, convert_timm_state_dict, layer_attentions
 
 from .timm_shim import import_timm
 
@@ -49,8 +49,7 @@ def test_small_config_logits_and_attention_match_timm(image_size, patch_size, in
     with torch.no_grad():
         expected = ref(x)
         assert torch.allclose(ours(x), expected, atol=1e-5, rtol=1e-5)
-        logits, _ = ours(x, return_attention=True)
-        assert torch.allclose(logits, expected, atol=1e-5, rtol=1e-5)
+        assert len(layer_attentions(ours, x)) == len(ref.blocks)  # the weights come block by block
 
 
 def test_unsupported_timm_weights_are_refused():

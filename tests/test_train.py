@@ -7,9 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+from vit_course import ViT
 from vit_course import checkpoint as ckpt
-from vit_course.data import DATASETS, DeviceLoader, load
-from vit_course.train import amp_settings, evaluate, fit, param_groups, train_step, warmup_cosine
+from vit_course.batches import AUGMENT, DeviceLoader
+from vit_course.data import DATASETS, load
+from vit_course.loop import amp_settings, fit
+from vit_course.train import evaluate, param_groups, train_step, warmup_cosine
 
 TINY = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
             mlp_ratio=2.0, pool="mean", pos_embed="sincos")
@@ -24,7 +27,7 @@ def mnist():
 
 def mnist_loader(mnist, n=256, batch_size=64, shuffle=True):
     meta = DATASETS["mnist"]
-    return DeviceLoader(mnist[0][:n], mnist[1][:n], batch_size, shuffle=shuffle, augment=meta["augment"],
+    return DeviceLoader(mnist[0][:n], mnist[1][:n], batch_size, shuffle=shuffle, augment=AUGMENT["mnist"],
                         mean=meta["mean"], std=meta["std"], device="cpu", drop_last=shuffle, seed=3)
 
 
@@ -40,7 +43,7 @@ def test_warmup_cosine_key_steps():
 
 
 def test_param_groups_exclude_norms_biases_and_tokens():
-    model = ckpt.create_model({**TINY, "pool": "cls", "pos_embed": "learned"})
+    model = ViT(**{**TINY, "pool": "cls", "pos_embed": "learned"})
     decay, no_decay = param_groups(model, 0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
@@ -81,7 +84,7 @@ def test_evaluate_loss_accuracy_and_mode():
 @needs_data
 def test_train_steps_lower_the_loss_on_real_mnist(mnist):
     torch.manual_seed(0)
-    model = ckpt.create_model(TINY)
+    model = ViT(**TINY)
     optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=3e-3)
     loader = mnist_loader(mnist, n=256, batch_size=32)
     before, _ = evaluate(model, loader)
@@ -94,7 +97,7 @@ def test_train_steps_lower_the_loss_on_real_mnist(mnist):
 
 def _run(mnist, path, epochs=2, resume=False, interrupt_epoch=None):
     torch.manual_seed(1)
-    model = ckpt.create_model({**TINY, "depth": 2, "drop_path": 0.2})  # stochastic depth: randomness in the step
+    model = ViT(**{**TINY, "depth": 2, "drop_path": 0.2})  # stochastic depth: randomness in the step
     train = mnist_loader(mnist, n=192)
     loader = train
     if interrupt_epoch is not None:
@@ -133,7 +136,7 @@ def test_resume_continues_where_it_stopped(mnist, tmp_path):
 @needs_data
 def test_time_budget_stops_mid_epoch_and_evaluates(mnist):
     torch.manual_seed(0)
-    model = ckpt.create_model(TINY)
+    model = ViT(**TINY)
     history = fit(model, mnist_loader(mnist, n=512, batch_size=16), mnist_loader(mnist, n=64, shuffle=False),
                   epochs=3, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, time_budget=1e-9,
                   progress=False)
@@ -154,12 +157,12 @@ def test_amp_settings():
 
 def test_checkpoint_round_trip_weights_only(tmp_path):
     torch.manual_seed(0)
-    model = ckpt.create_model({**TINY, "stem_channels": (8,), "patch_size": 2})
+    model = ViT(**{**TINY, "stem_channels": (8,), "patch_size": 2})
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 1, 28, 28)).sum().backward()
     optimizer.step()
     history = {"epoch": [1], "test_acc": [0.5]}
-    ckpt.save_checkpoint(tmp_path / "m.pt", model, model.config, history, {"test_accuracy": 0.5}, optimizer,
+    ckpt.save_checkpoint(tmp_path / "m.pt", model, history=history, metrics={"test_accuracy": 0.5}, optimizer=optimizer,
                          epoch=1, rng=torch.get_rng_state())
     raw = torch.load(tmp_path / "m.pt", weights_only=True)  # only plain types inside
     assert raw["history"] == history and raw["metrics"]["test_accuracy"] == 0.5 and "optimizer" in raw
@@ -172,8 +175,8 @@ def test_checkpoint_round_trip_weights_only(tmp_path):
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "m.pt"
-    model = ckpt.create_model(TINY)
-    ckpt.save_checkpoint(path, model, model.config, {}, {"test_accuracy": 0.1})
+    model = ViT(**TINY)
+    ckpt.save_checkpoint(path, model, metrics={"test_accuracy": 0.1})
     before = path.read_bytes()
 
     def broken_save(obj, f):
@@ -182,9 +185,9 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        ckpt.save_checkpoint(path, model, model.config, {}, {"test_accuracy": 0.9})
+        ckpt.save_checkpoint(path, model, metrics={"test_accuracy": 0.9})
     with pytest.raises(OSError):
-        ckpt.save_checkpoint(tmp_path / "new.pt", model, model.config, {}, {})
+        ckpt.save_checkpoint(tmp_path / "new.pt", model)
     assert path.read_bytes() == before  # the old file is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]  # no partial or new file left
 
@@ -213,7 +216,7 @@ def test_fit_refuses_a_loader_without_batches():
 @needs_data
 @pytest.mark.parametrize("name", ["mnist", "cifar10"])
 def test_shipped_checkpoint_matches_its_metrics(name):
-    from vit_course.data import loaders
+    from vit_course.batches import loaders
 
     model, state = ckpt.load_pretrained(name)
     assert ckpt.pretrained_path(name).stat().st_size < 4.5e6

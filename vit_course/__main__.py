@@ -1,4 +1,4 @@
-"""The command line: ``python -m vit_course train {mnist,cifar10} ...`` and ``python -m vit_course notebooks ...``."""
+"""The command line: ``python -m vit_course train RECIPE``, ``... notebooks`` and ``... grade NOTEBOOK``."""
 
 import argparse
 import os
@@ -27,7 +27,8 @@ def build_parser():
     train = commands.add_parser("train", help="train a ViT with a recipe (defaults: the time-budgeted CPU ones)",
                                 description="Train a ViT with a recipe and write DIR/model.pt, DIR/metrics.json "
                                             "and DIR/curves.png.")
-    train.add_argument("recipe", choices=["mnist", "cifar10", "cifar10-plain", "cifar10-gpu"], help="the recipe (see recipes.py)")
+    train.add_argument("recipe", choices=["mnist", "cifar10", "cifar10-plain", "cifar10-gpu"],
+                       help="the recipe (see recipes.py)")
     train.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
     train.add_argument("--out", help="output folder (default: runs/RECIPE)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best one here)")
@@ -35,9 +36,13 @@ def build_parser():
     train.add_argument("--time-budget", type=float, help="seconds for the whole command (default: the recipe's; "
                                                          "0 = none)")
     train.add_argument("--threads", type=int, help="CPU threads (default: all cores, 1 when the machine is busy)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in OUT/checkpoint.pt (same recipe and settings) after its last epoch")
     train.add_argument("--subset", type=int, help=argparse.SUPPRESS)  # tests: train/test on N images
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     commands.add_parser("notebooks", help="generate the student notebooks (see `notebooks --help`)", add_help=False)
+    commands.add_parser("grade", help="run a notebook and say which exercises pass (see `grade --help`)",
+                        add_help=False)
     return parser
 
 
@@ -48,6 +53,10 @@ def main(argv=None):
         from .notebooks import main as notebooks_main
 
         return notebooks_main(argv[1:])
+    if argv and argv[0] == "grade":  # its own parser owns the remaining arguments
+        from .grade import main as grade_main
+
+        return grade_main(argv[1:])
     args = build_parser().parse_args(argv)
     from .recipes import train_recipe
 
@@ -55,7 +64,7 @@ def main(argv=None):
     started = STARTED if argv_was_none else time.perf_counter()  # main([...]) in a test: from the call
     metrics = train_recipe(args.recipe, epochs=args.epochs, out=args.out, device=args.device, seed=args.seed,
                            time_budget=budget, subset=args.subset, progress=not args.no_progress, started=started,
-                           threads=args.threads)
+                           threads=args.threads, resume=args.resume)
     print(f"{args.recipe}: test accuracy {metrics['test_accuracy']:.2%} after {metrics['epochs']:.2f} epochs, "
           f"{metrics['train_seconds']:.0f} s training, {metrics['wall_seconds']:.0f} s in all; "
           f"wrote {args.out or 'runs/' + args.recipe}/{{model.pt,metrics.json,curves.png}}")

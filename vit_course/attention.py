@@ -43,8 +43,7 @@ class SelfAttention(nn.Module):
     Args:
         dim: width of the input tokens (n in the chapter's X of shape m x n)
         head_dim: width d of the queries, keys and values
-    forward(x (b, n, dim), mask=None) -> (b, n, head_dim); with ``return_attention=True``
-    it returns (out, weights (b, n, n)).
+    forward(x (b, n, dim), mask=None) -> (b, n, head_dim); ``attention_weights`` gives the (b, n, n) weights.
     """
 
     def __init__(self, dim, head_dim):
@@ -53,9 +52,12 @@ class SelfAttention(nn.Module):
         self.k = nn.Linear(dim, head_dim, bias=False)  # W_k
         self.v = nn.Linear(dim, head_dim, bias=False)  # W_v
 
-    def forward(self, x, mask=None, return_attention=False):
-        out, weights = scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)
-        return (out, weights) if return_attention else out
+    def forward(self, x, mask=None):
+        return scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]  # (b, n, head_dim)
+
+    def attention_weights(self, x, mask=None):
+        """x (b, n, dim) -> weights (b, n, n): how much each token attends to each other token."""
+        return scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
 
 
 def split_heads(x, num_heads):
@@ -76,8 +78,8 @@ class MultiHeadAttention(nn.Module):
     ``qkv.weight`` is laid out [W_q; W_k; W_v] like ``nn.MultiheadAttention.in_proj_weight``,
     so weights copy across unchanged.
 
-    forward(x (b, n, dim), mask=None) -> (b, n, dim); with ``return_attention=True``
-    returns (out, weights (b, h, n, n)).
+    forward(x (b, n, dim), mask=None) -> (b, n, dim), through PyTorch's fused kernel, which never
+    stores the n x n weights; ``attention_weights`` computes them explicitly, for inspection.
     """
 
     def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
@@ -90,19 +92,20 @@ class MultiHeadAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(self, x, mask=None, return_attention=False):
+    def split_qkv(self, x):
+        """x (b, n, dim) -> q, k, v, each (b, h, n, d)."""
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"expected tokens of shape (batch, tokens, {self.dim}), got {tuple(x.shape)}")
         qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
-        q, k, v = qkv.unbind(0)  # each (b, h, n, d)
-        if return_attention:
-            # The explicit path: the only one that gives the weights back.
-            out, weights = scaled_dot_product_attention(q, k, v, mask)  # (b, h, n, d), (b, h, n, n)
-            if self.training and self.attn_drop.p > 0:
-                out = self.attn_drop(weights) @ v
-        else:
-            # The fused kernel computes the same thing without ever storing the n x n weights.
-            p = self.attn_drop.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (b, h, n, d)
-        out = self.proj_drop(self.proj(merge_heads(out)))  # (b, n, dim)
-        return (out, weights) if return_attention else out
+        return qkv.unbind(0)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.split_qkv(x)  # each (b, h, n, d)
+        p = self.attn_drop.p if self.training else 0.0  # attention dropout only while training
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (b, h, n, d)
+        return self.proj_drop(self.proj(merge_heads(out)))  # (b, n, dim)
+
+    def attention_weights(self, x, mask=None):
+        """x (b, n, dim) -> weights (b, h, n, n), each row summing to 1 (no dropout: what the model attends to)."""
+        q, k, v = self.split_qkv(x)
+        return scaled_dot_product_attention(q, k, v, mask)[1]  # (b, h, n, n)

@@ -1,8 +1,8 @@
-"""Batches on the training device: normalisation, batched augmentation and an in-memory loader (chapters 06-07).
+"""Batches on the training device (chapters 06-07): normalisation, augmentation and ``loaders``.
 
-Everything here works on whole batches of tensors on any device (CPU, CUDA, MPS), with no per-sample Python
-loop, and every random choice comes from a ``torch.Generator`` so that a seed repeats a run exactly.
-``vit_course.data`` re-exports these names; import them from there.
+The datasets stay on the device as uint8 (``data.load``); ``DeviceLoader`` serves them as normalised, augmented
+batches. Everything works on whole batches on any device (CPU, CUDA, MPS), with no per-sample Python loop, and
+every random choice comes from a ``torch.Generator`` so that a seed repeats a run exactly.
 """
 
 import math
@@ -10,6 +10,9 @@ import math
 import torch
 import torch.nn.functional as F
 from einops import rearrange
+
+from .data import DATASETS, load
+from .device import pick_device
 
 
 def _as_channels(values, channels, name, device):
@@ -22,23 +25,21 @@ def _as_channels(values, channels, name, device):
     return values.view(1, channels, 1, 1)
 
 
-def _scale_shift(mean, std, channels, device):
-    """(x/255 - mean)/std = x * scale - shift, with scale = 1/(255 std) and shift = mean/std: (1, C, 1, 1) each."""
-    mean = _as_channels(mean, channels, "mean", device)
-    std = _as_channels(std, channels, "std", device)
-    return 1 / (255 * std), mean / std
+def normalize(images, mean=None, std=None):
+    """Images (b, C, H, W) -> float32 (pixels - mean) / std, per channel: the one normalisation of the course.
 
-
-def normalize(images, mean, std):
-    """uint8 images (b, C, H, W) in 0..255 -> float32 (x/255 - mean) / std, per channel.
-
-    ``mean`` and ``std`` are per-channel values in 0..1 pixel units (e.g. ``DATASETS["cifar10"]["mean"]``).
+    uint8 images are read as pixels / 255, float images as pixels already in 0..1; ``mean`` and ``std`` are
+    per-channel values (or one for all) in those 0..1 units, e.g. ``DATASETS["cifar10"]["mean"]``; None: 0
+    and 1 (uint8 pixels are only scaled, floats are copied as they are). The input is never changed in place.
     """
     if images.ndim != 4:
         raise ValueError(f"expected images of shape (batch, channels, height, width), got {tuple(images.shape)}")
-    scale, shift = _scale_shift(mean, std, images.shape[1], images.device)  # (1, C, 1, 1) each
-    # one multiply and one subtract in place: two passes over the batch instead of four
-    return images.float().mul_(scale).sub_(shift)  # (b, C, H, W) float32
+    peak = 255.0 if images.dtype == torch.uint8 else 1.0
+    channels, device = images.shape[1], images.device
+    std = _as_channels(1.0 if std is None else std, channels, "std", device)  # (1, C, 1, 1)
+    mean = _as_channels(0.0 if mean is None else mean, channels, "mean", device)
+    # one multiply and one subtract on a fresh copy: (x / peak - mean) / std = x * (1 / (peak std)) - mean / std
+    return images.to(torch.float32, copy=True).mul_(1 / (peak * std)).sub_(mean / std)  # (b, C, H, W)
 
 
 def _randint(high, size, generator, device):
@@ -103,6 +104,10 @@ def cifar_augment(images, generator=None, padding=4):
     return random_crop_flip(images, padding=padding, flip=True, generator=generator)
 
 
+# Each dataset's standard training augmentation: ``loaders(name, ..., augment=True)`` uses it.
+AUGMENT = {"mnist": mnist_augment, "cifar10": cifar_augment}
+
+
 def _make_generator(device, seed):
     """A generator on ``device`` when the backend has one (so random draws stay there), else on the CPU."""
     try:
@@ -125,8 +130,6 @@ class DeviceLoader:
 
     def __init__(self, images, labels, batch_size, *, shuffle=False, augment=None, mean, std, device=None,
                  drop_last=False, seed=0):
-        from .device import pick_device
-
         if images.ndim != 4 or images.dtype != torch.uint8:
             raise ValueError(f"images must be uint8 (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
         if labels.shape != images.shape[:1]:
@@ -139,7 +142,6 @@ class DeviceLoader:
         self.batch_size, self.shuffle, self.augment = batch_size, shuffle, augment
         self.drop_last, self.seed, self.epoch = drop_last, seed, 0
         self.mean, self.std = mean, std
-        self._scale, self._shift = _scale_shift(mean, std, images.shape[1], self.device)  # (1, C, 1, 1) each
 
     def __len__(self):
         n = len(self.labels)
@@ -167,5 +169,22 @@ class DeviceLoader:
             x = self.images.index_select(0, index)  # (b, C, H, W) uint8; 10x faster than images[index] on a CPU
             if self.augment is not None:
                 x = self.augment(x, generator)  # (b, C, H, W) uint8, on the device
-            x = x.float().mul_(self._scale).sub_(self._shift)  # (b, C, H, W) float32, as normalize()
-            yield x, self.labels.index_select(0, index)  # (b,)
+            yield normalize(x, self.mean, self.std), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
+
+
+def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
+    """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
+
+    The train loader shuffles, augments and drops the last incomplete batch so every step has the same
+    shape; the test loader keeps the order and every sample. ``augment``: True for the dataset's own
+    augmentation (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2 pixels), False for none,
+    or a function ``(uint8 batch, generator) -> uint8 batch``.
+    """
+    meta = DATASETS[name]
+    train_images, train_labels = load(name, "train", root)
+    test_images, test_labels = load(name, "test", root)
+    common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
+    train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,
+                         augment=AUGMENT[name] if augment is True else augment or None, **common)
+    test = DeviceLoader(test_images, test_labels, batch_size, **common)
+    return train, test

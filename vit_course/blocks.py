@@ -92,8 +92,8 @@ class EncoderBlock(nn.Module):
         drop: dropout after the attention projection and in the MLP
         drop_path: stochastic-depth probability of each residual branch (0 = off)
         init_values: LayerScale initial value (None = off)
-    forward(x (b, n, dim), mask=None) -> (b, n, dim); with ``return_attention=True``
-    returns (out, weights (b, h, n, n)).
+    forward(x (b, n, dim), mask=None) -> (b, n, dim). The attention weights of a block are
+    ``block.attn.attention_weights(block.norm1(x))``.
     """
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0,
@@ -108,9 +108,6 @@ class EncoderBlock(nn.Module):
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x, mask=None, return_attention=False):
-        attn = self.attn(self.norm1(x), mask=mask, return_attention=return_attention)
-        attn, weights = attn if return_attention else (attn, None)
-        x = x + self.drop_path1(self.ls1(attn))  # (b, n, dim)
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # (b, n, dim)
-        return (x, weights) if return_attention else x
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))  # (b, n, dim)
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # (b, n, dim)

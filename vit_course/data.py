@@ -5,40 +5,19 @@ Files sit under a root (``data_root``) in the layouts the official releases unpa
     ROOT/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
     ROOT/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin     (the binary version: no pickle is loaded)
 
-Missing files are downloaded from ``MIRRORS``, checked against the published MD5s in ``MD5``, written
-atomically and extracted safely. Local files are checked by their structure (headers, sizes, counts), not by
-checksum, so re-compressed copies load too. The batching half (normalisation, augmentation, ``DeviceLoader``)
-lives in ``vit_course.augment`` and is re-exported here.
+Missing files are downloaded (``vit_course.download``). Local files are checked by their structure (headers,
+sizes, counts), not by checksum, so re-compressed copies load too. Batches, normalisation and augmentation:
+``vit_course.batches``.
 """
 
 import gzip
-import hashlib
 import os
-import tarfile
-import tempfile
-import urllib.request
 import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from .augment import DeviceLoader, cifar_augment, mnist_augment, normalize, random_crop_flip, random_translate
-
-# Where the files come from, tried in order (the S3 mirror first: the classic address often refuses
-# scripted downloads); tests point these at a loopback server.
-MIRRORS = {
-    "mnist": ["https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"],
-    "cifar10": ["https://www.cs.toronto.edu/~kriz/"],
-}
-# MD5 of each downloaded file as published (torchvision's dataset sources and the CIFAR page list the same).
-MD5 = {
-    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-    "cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530",
-}
 CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_RECORDS = "cifar-10-binary.tar.gz", "cifar-10-batches-bin", 10_000
 CIFAR_FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
 MNIST_FILES = {split: [f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"]
@@ -55,7 +34,6 @@ DATASETS = {
         "sizes": {"train": 60_000, "test": 10_000},
         "mean": (0.1307,),
         "std": (0.3081,),
-        "augment": mnist_augment,
     },
     "cifar10": {
         "classes": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
@@ -63,7 +41,6 @@ DATASETS = {
         "sizes": {"train": 50_000, "test": 10_000},
         "mean": (0.4913, 0.4821, 0.4465),
         "std": (0.2452, 0.2428, 0.2606),
-        "augment": cifar_augment,
     },
 }
 SPLITS = ("train", "test")
@@ -112,7 +89,9 @@ def load(name, split="train", root=None, download=True):
     root = data_root(root)
     missing = [f for f in _expected_files(name, split) if not (root / f).is_file()]
     if missing:
-        _fetch(name, split, root, missing, download)
+        from .download import fetch  # urllib, tarfile and hashlib only when something is missing
+
+        fetch(name, split, root, missing, download)
     count = DATASETS[name]["sizes"][split]
     files = [root / f for f in _expected_files(name, split)]
     if name == "mnist":
@@ -186,117 +165,5 @@ def read_cifar(path, records=CIFAR_RECORDS):
     return torch.from_numpy(images.copy()), torch.from_numpy(labels)
 
 
-def _fetch(name, split, root, missing, download):
-    """Download what ``load`` misses, or raise DatasetNotFound saying how to provide the files."""
-    problems = ["download=False"]
-    if download and name == "mnist":
-        for rel in missing:
-            problems = _download(rel.split("/")[-1], MIRRORS["mnist"], root / "mnist")
-            if problems:
-                break
-    elif download:
-        archive = root / CIFAR_ARCHIVE  # only ever given this name once its MD5 matched
-        problems = [] if archive.is_file() else _download(CIFAR_ARCHIVE, MIRRORS["cifar10"], root)
-        if not problems:
-            extract_cifar(archive, root)
-            archive.unlink()  # 170 MB that the extracted batches make redundant
-    if problems:
-        why = f"the download failed ({'; '.join(problems)})" if download else "downloading is off (download=False)"
-        raise DatasetNotFound(
-            f"{name} ({split} split) is not in {root}: expected {', '.join(missing)} there, and {why}. To provide "
-            f"the files, copy the official ones into {root} in that layout, or set VIT_COURSE_DATA to a folder "
-            "that holds them.")
-
-
-def _download(filename, mirrors, folder, timeout=60):
-    """Fetch ``filename`` from the first mirror that serves it into ``folder``; returns the problems met.
-
-    The bytes go to a ``.partial`` file whose MD5 is checked before ``os.replace`` gives it its final name.
-    An unreachable mirror, or one serving other bytes, moves on to the next; when none served the right
-    bytes and one served wrong ones, DatasetCorrupt names the file, the expected and the actual MD5.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    problems, mismatch = [], None
-    for mirror in mirrors:
-        url = mirror + filename
-        fd, partial = tempfile.mkstemp(dir=folder, prefix=f"{filename}.", suffix=".partial")
-        try:
-            md5 = hashlib.md5()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-                while chunk := response.read(1 << 20):
-                    md5.update(chunk)
-                    out.write(chunk)
-            if md5.hexdigest() == MD5[filename]:
-                os.replace(partial, folder / filename)
-                return []
-            mismatch = DatasetCorrupt(f"checksum mismatch for {filename} from {url}: expected MD5 {MD5[filename]}, "
-                                      f"got {md5.hexdigest()}; the download was deleted")
-            problems.append(str(mismatch))
-        except OSError as error:  # urllib's URLError and HTTPError, timeouts, a full disk
-            problems.append(f"{url}: {getattr(error, 'reason', None) or error}")
-        finally:
-            if os.path.exists(partial):
-                os.remove(partial)
-    if mismatch is not None:
-        raise mismatch
-    return problems
-
-
-def extract_cifar(archive, root):
-    """Extract the CIFAR-10 batches from the official tar into ``root/cifar-10-batches-bin``, safely.
-
-    Only regular files named ``cifar-10-batches-bin/<expected name>`` are written (each atomically); a member
-    whose path leaves the folder, is absolute, or is a link is refused with DatasetCorrupt; others are skipped.
-    """
-    wanted = {*CIFAR_FILES["train"], *CIFAR_FILES["test"], "batches.meta.txt"}
-    target = Path(root) / CIFAR_DIR
-    target.mkdir(parents=True, exist_ok=True)
-    written = set()
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            for member in tar:
-                path = PurePosixPath(member.name)
-                if path.is_absolute() or ".." in path.parts or member.issym() or member.islnk():
-                    raise DatasetCorrupt(f"{archive}: refusing member {member.name!r} (absolute, '..' or a link)")
-                if not (member.isfile() and len(path.parts) == 2 and path.parts[0] == CIFAR_DIR
-                        and path.name in wanted):
-                    continue  # the directory entry, readme.html
-                fd, partial = tempfile.mkstemp(dir=target, prefix=f"{path.name}.", suffix=".partial")
-                try:
-                    with os.fdopen(fd, "wb") as out:
-                        out.write(tar.extractfile(member).read())
-                    os.replace(partial, target / path.name)
-                    written.add(path.name)
-                finally:
-                    if os.path.exists(partial):
-                        os.remove(partial)
-    except (tarfile.TarError, EOFError, zlib.error) as error:
-        raise DatasetCorrupt(f"{archive}: not a readable tar.gz ({error})") from error
-    if lacking := sorted(wanted - written - {"batches.meta.txt"}):
-        raise DatasetCorrupt(f"{archive}: lacks {CIFAR_DIR}/{{{', '.join(lacking)}}}")
-
-
-def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
-    """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
-
-    The train loader shuffles, augments and drops the last incomplete batch so every step has the same
-    shape; the test loader keeps the order and every sample. ``augment``: True for the dataset's own
-    augmentation (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2 pixels), False for none,
-    or a function ``(uint8 batch, generator) -> uint8 batch``.
-    """
-    _check(name, "train")
-    meta = DATASETS[name]
-    train_images, train_labels = load(name, "train", root)
-    test_images, test_labels = load(name, "test", root)
-    common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
-    train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,
-                         augment=meta["augment"] if augment is True else augment or None, **common)
-    test = DeviceLoader(test_images, test_labels, batch_size, **common)
-    return train, test
-
-
-__all__ = [
-    "DATASETS", "MD5", "MIRRORS", "DatasetCorrupt", "DatasetNotFound", "DeviceLoader", "cifar_augment", "data_root",
-    "extract_cifar", "load", "loaders", "mnist_augment", "normalize", "random_crop_flip", "random_translate",
-    "read_cifar", "read_idx", "read_mnist",
-]
+__all__ = ["DATASETS", "DatasetCorrupt", "DatasetNotFound", "data_root", "load", "read_cifar", "read_idx",
+           "read_mnist"]

@@ -10,14 +10,15 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from .patches import to_pair
+from .train import eval_mode
 
 
-def _check_attention(attention, name="attention"):
+def check_attention(attention, name="attention"):
     if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
         raise ValueError(f"{name} must be (batch, heads, n, n) weights, got shape {tuple(attention.shape)}")
 
 
-def _num_prefix(n, grid_size):
+def num_prefix(n, grid_size):
     """How many prefix (class) tokens precede the gh * gw patch tokens in a sequence of n."""
     gh, gw = to_pair(grid_size)
     if n < gh * gw:
@@ -41,7 +42,7 @@ def attention_rollout(attentions):
         raise ValueError("attention_rollout needs at least one layer of attention weights, got an empty list")
     rollout = None
     for i, attention in enumerate(attentions):
-        _check_attention(attention, f"attentions[{i}]")
+        check_attention(attention, f"attentions[{i}]")
         if rollout is not None and attention.shape[-1] != rollout.shape[-1]:
             raise ValueError(f"attentions[{i}] has {attention.shape[-1]} tokens, earlier layers "
                              f"{rollout.shape[-1]}")
@@ -91,7 +92,7 @@ def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bi
         tokens' rollout rows (what a mean-pooled head reads).
     """
     rollout = attention_rollout(attentions)  # (b, n, n)
-    k = _num_prefix(rollout.shape[-1], grid_size)
+    k = num_prefix(rollout.shape[-1], grid_size)
     return _to_grid(_patch_rows(rollout, k), grid_size, image_size, normalize, mode)
 
 
@@ -104,8 +105,8 @@ def attention_map(attention, grid_size, image_size=None, normalize=True, mode="b
     Returns:
         (b, h, gh, gw), or (b, h, H, W) with image_size
     """
-    _check_attention(attention)
-    k = _num_prefix(attention.shape[-1], grid_size)
+    check_attention(attention)
+    k = num_prefix(attention.shape[-1], grid_size)
     return _to_grid(_patch_rows(attention.float(), k), grid_size, image_size, normalize, mode)
 
 
@@ -132,8 +133,8 @@ def mean_attention_distance(attention, grid_size, patch_size):
     Returns:
         (h,) mean distance in pixels per head
     """
-    _check_attention(attention)
-    k = _num_prefix(attention.shape[-1], grid_size)
+    check_attention(attention)
+    k = num_prefix(attention.shape[-1], grid_size)
     a = attention[:, :, k:, k:].float()  # (b, h, N, N): patches only
     centres = patch_centres(grid_size, patch_size).to(a.device)  # (N, 2)
     distance = torch.cdist(centres, centres)  # (N, N) pixels between patch centres
@@ -150,11 +151,45 @@ def uniform_attention_distance(grid_size, patch_size):
 
 
 @torch.no_grad()
+def layer_attentions(model, images):
+    """The attention weights of every block of a ``ViT``: images (b, C, H, W) -> list of L (b, h, n, n).
+
+    The fused kernel that ``forward`` uses never stores the weights, so this runs the blocks one by one and
+    asks each block's attention for its weights on the block's normalised input (eval mode, no dropout).
+    """
+    with eval_mode(model):
+        x = model.embed(images)  # (b, n, D)
+        weights = []
+        for block in model.blocks:
+            weights.append(block.attn.attention_weights(block.norm1(x)))  # (b, h, n, n)
+            x = block(x)  # (b, n, D)
+    return weights
+
+
+@torch.no_grad()
+def run_model(model, inputs, batch_size=256):
+    """Logits (b, classes) and attention weights L x (b, h, n, n) of ``model`` on normalised ``inputs``, on the
+    CPU. The model runs in eval mode on its own device and is left in the mode it had."""
+    device = next(model.parameters()).device
+    logits, attentions = [], []
+    with eval_mode(model):
+        for start in range(0, len(inputs), batch_size):
+            batch = inputs[start:start + batch_size].to(device)  # (b, C, H, W)
+            logits.append(model(batch).float().cpu())
+            attentions.append([w.float().cpu() for w in layer_attentions(model, batch)])
+    return torch.cat(logits), [torch.cat(layer) for layer in zip(*attentions, strict=True)]
+
+
+def pixels_per_token(model):
+    """How many pixels one patch of the token grid spans: the patch size, times a hybrid stem's reduction."""
+    return model.patch_embed.patch_size * getattr(model.stem, "reduction", 1)
+
+
 def attention_distances(model, images, batch_size=256):
     """Mean attention distance of every head in every layer of ``model`` over ``images``.
 
-    The pixel unit is the patch size, times the conv stem's reduction for a hybrid model (one
-    patch of its feature map covers ``reduction * P`` pixels).
+    The pixel unit is ``pixels_per_token(model)``: the patch size, times the conv stem's reduction for a
+    hybrid model (one patch of its feature map covers ``reduction * P`` pixels).
 
     Args:
         model: a ``ViT``; it is run in eval mode on its own device
@@ -165,73 +200,10 @@ def attention_distances(model, images, batch_size=256):
     """
     if images.ndim != 4 or len(images) == 0:
         raise ValueError(f"images must be a non-empty batch (b, C, H, W), got shape {tuple(images.shape)}")
-    pixels = model.patch_embed.patch_size * (model.stem.reduction if getattr(model, "stem", None) else 1)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    total = 0.0
-    try:
-        for start in range(0, len(images), batch_size):
-            batch = images[start:start + batch_size].to(device)
-            _, attentions = model(batch, return_attention=True)  # L x (b, h, n, n)
-            per_layer = torch.stack([mean_attention_distance(a, model.grid_size, pixels) for a in attentions])
-            total = total + per_layer.cpu() * len(batch)  # (L, h), weighted so batches average exactly
-    finally:
-        model.train(was_training)
+    device, total = next(model.parameters()).device, 0.0
+    for start in range(0, len(images), batch_size):
+        batch = images[start:start + batch_size].to(device)
+        per_layer = torch.stack([mean_attention_distance(a, model.grid_size, pixels_per_token(model))
+                                 for a in layer_attentions(model, batch)])  # (L, h)
+        total = total + per_layer.cpu() * len(batch)  # weighted so batches average exactly
     return total / len(images)  # (L, h)
-
-
-def position_embedding_similarity(pos_embed, grid_size):
-    """Cosine similarity of every patch's position embedding with every other's, on the patch grid.
-
-    Args:
-        pos_embed: (1, n, D) or (n, D); when n > gh * gw the leading (class-token) rows are dropped
-        grid_size: (gh, gw) or int
-    Returns:
-        (gh, gw, gh, gw): [i, j] is the map of patch (i, j)'s similarity to every patch
-    """
-    if pos_embed.ndim == 3:
-        if pos_embed.shape[0] != 1:
-            raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got shape {tuple(pos_embed.shape)}")
-        pos_embed = pos_embed[0]
-    if pos_embed.ndim != 2:
-        raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got shape {tuple(pos_embed.shape)}")
-    gh, gw = to_pair(grid_size)
-    k = _num_prefix(pos_embed.shape[0], (gh, gw))
-    unit = F.normalize(pos_embed[k:].detach().float(), dim=-1)  # (N, D), unit length
-    similarity = unit @ unit.T  # (N, N) cosine similarities
-    return rearrange(similarity, "(h1 w1) (h2 w2) -> h1 w1 h2 w2", h1=gh, w1=gw, h2=gh, w2=gw)
-
-
-def embedding_filters(weight, patch_size, in_channels, k=28):
-    """The top principal components of the patch-embedding filters, as small images.
-
-    Each of the D rows of the projection is a filter over a flattened P x P x C patch; the
-    principal components of those D filters are the patterns the embedding is most sensitive to
-    (the ViT paper's Figure 7, left). Signs are fixed so each component's largest entry is positive.
-
-    Args:
-        weight: the patch projection's Linear weight (D, P*P*C) in (p1 p2 c) order
-            (a Conv2d weight (D, C, P, P) is accepted too)
-        patch_size: P; in_channels: C
-        k: how many components (at most min(D, P*P*C))
-    Returns:
-        filters (k, P, P, C), explained (k,) share of the variance each explains
-    """
-    weight = weight.detach().float().cpu()
-    if weight.ndim == 4:
-        weight = rearrange(weight, "d c p1 p2 -> d (p1 p2 c)")
-    if weight.ndim != 2 or weight.shape[1] != patch_size * patch_size * in_channels:
-        raise ValueError(f"weight {tuple(weight.shape)} does not match patch_size={patch_size} and "
-                         f"in_channels={in_channels}: expected (D, {patch_size * patch_size * in_channels})")
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    k = min(k, *weight.shape)
-    centred = weight - weight.mean(dim=0, keepdim=True)  # (D, P*P*C): PCA over the D filters
-    _, s, vh = torch.linalg.svd(centred, full_matrices=False)  # vh (r, P*P*C): components, strongest first
-    explained = s**2 / (s**2).sum().clamp_min(1e-12)  # (r,)
-    components = vh[:k]  # (k, P*P*C)
-    peak = components.gather(1, components.abs().argmax(dim=1, keepdim=True))  # (k, 1)
-    components = components * peak.sign()  # SVD's sign is arbitrary: fix it so figures are reproducible
-    filters = rearrange(components, "k (p1 p2 c) -> k p1 p2 c", p1=patch_size, p2=patch_size)
-    return filters, explained[:k]

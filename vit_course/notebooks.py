@@ -1,4 +1,4 @@
-"""Student notebooks from one source: ``solutions/NN_name.ipynb`` -> ``notebooks/NN_name.ipynb``.
+"""Student notebooks from one source (every chapter): ``solutions/NN_name.ipynb`` -> ``notebooks/NN_name.ipynb``.
 
 In a solution code cell, the exercise body sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
 (nbgrader's markers; ``### BEGIN SOLUTION name`` names the exercise, otherwise it is the enclosing
@@ -7,7 +7,8 @@ top-level def or class). The student copy gets ``# YOUR CODE HERE`` and ``raise 
 comments. Outputs, execution counts and volatile metadata are cleared, so the result is deterministic.
 
 The repository URL and branch live here and nowhere else: every solution's first markdown cell gets the
-Colab badge of its student notebook and its second cell the setup cell below (outputs kept).
+Colab badge of its student notebook and its second cell the setup cell below (outputs kept), tagged
+``hide-cell``: the book folds it, so each chapter opens with its story. Writes are atomic (``files.py``).
 
     python -m vit_course notebooks            # refresh badges/setup cells, write notebooks/
     python -m vit_course notebooks --check    # exit 1 if notebooks/ (or a badge/setup cell) is stale
@@ -16,23 +17,23 @@ Colab badge of its student notebook and its second cell the setup cell below (ou
 
 import argparse
 import copy
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import nbformat
 
+from .files import write_text
+from .kernel import ROOT, TIMEOUT, run
+
 REPO_URL = "https://github.com/vit-course/vit-from-scratch"
 BRANCH = "main"
-ROOT = Path(__file__).resolve().parent.parent  # the repository: solutions/ and notebooks/ live here
-EXECUTE_TIMEOUT = 3600  # seconds per cell: training cells on a slow CPU
 
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BEGIN, END = re.compile(r"^(\s*)### BEGIN SOLUTION\b\s*(\w*)"), re.compile(r"^\s*### END SOLUTION\b")
 BEGIN_HINT, END_HINT = re.compile(r"^(\s*)### BEGIN HINT\b"), re.compile(r"^\s*### END HINT\b")
 TOP_LEVEL = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)")
+HIDING_TAGS = {"hide-cell", "hide-input", "remove-cell", "remove-input"}  # Jupyter Book's; the setup cell: hide-cell
 
 
 def colab_badge(name):
@@ -135,7 +136,8 @@ def refresh_solution(nb, name):
     """Write the Colab badge and setup cell into a solution notebook; True if anything changed.
 
     A setup cell whose source is already current keeps everything; an updated one keeps its outputs
-    (the badge and the install line do not change what the cell prints).
+    (the badge and the install line do not change what the cell prints). The setup cell is tagged
+    ``hide-cell`` (unless it has another of Jupyter Book's hiding tags): the book shows it folded.
     """
     changed = False
     if not nb.cells or nb.cells[0].cell_type != "markdown":
@@ -148,6 +150,9 @@ def refresh_solution(nb, name):
     if setup is None or setup.cell_type != "code" or "setup" not in setup.metadata.get("tags", []):
         setup = nbformat.v4.new_code_cell("", id="setup", metadata={"tags": ["setup"]})
         nb.cells.insert(1, setup)
+        changed = True
+    if not HIDING_TAGS & set(setup.metadata["tags"]):
+        setup.metadata["tags"].append("hide-cell")
         changed = True
     if setup.source != setup_source():
         setup.source, changed = setup_source(), True
@@ -177,36 +182,12 @@ def dumps(nb):
     return nbformat.writes(nb) + "\n"
 
 
-def write_atomic(path, text):
-    """Write text to path via a temporary file in the same folder and os.replace; False if unchanged."""
-    path = Path(path)
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return True
-
-
-def execute(path, timeout=EXECUTE_TIMEOUT):
-    """Run a solution notebook top to bottom in place (cwd = its folder), with this interpreter's python3 kernel."""
-    from nbclient import NotebookClient  # only needed here: keeps `import vit_course.notebooks` light
-
+def execute(path, timeout=TIMEOUT):
+    """Run a solution notebook top to bottom in place (cwd = its folder), in a fresh kernel (``kernel.run``)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     refresh_solution(nb, path.stem)
-    # jupyter_client replaces the kernelspec's "python" by sys.executable: the kernel is this interpreter, and
-    # PYTHONPATH makes it import this checkout's vit_course even if another copy is installed.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
-                   record_timing=False).execute(env=env)
-    write_atomic(path, dumps(nb))
+    write_text(path, dumps(run(nb, path.parent, timeout)))
 
 
 def generate(root=ROOT, check=False, log=print):
@@ -222,14 +203,14 @@ def generate(root=ROOT, check=False, log=print):
         if refresh_solution(nb, path.stem):
             stale.append(path)
             if not check:
-                write_atomic(path, dumps(nb))
+                write_text(path, dumps(nb))
         target = students / path.name
         expected.add(target.name)
         text = dumps(student_version(nb, path.name))
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
+        if not target.exists() or target.read_text(encoding="utf-8") != text:  # unchanged: not rewritten
             stale.append(target)
             if not check:
-                write_atomic(target, text)
+                write_text(target, text)
     stale += [p for p in sorted(students.glob("*.ipynb")) if p.name not in expected]  # no solution behind it
     for path in stale:
         log(f"{'stale' if check else 'wrote'}: {path.relative_to(root) if path.is_relative_to(root) else path}")

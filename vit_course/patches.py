@@ -15,7 +15,7 @@ def to_pair(size):
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-def grid_size(image_size, patch_size):
+def patch_grid(image_size, patch_size):
     """The patch grid (rows, columns) of an image, with a clear error when it doesn't tile."""
     height, width = to_pair(image_size)
     if patch_size < 1 or height % patch_size or width % patch_size:
@@ -29,13 +29,13 @@ def patchify(images, patch_size):
     """(b, c, H, W) -> (b, N, P*P*c), patches row by row, each flattened in (p1 p2 c) order."""
     if images.ndim != 4:
         raise ValueError(f"expected images of shape (batch, channels, height, width), got {tuple(images.shape)}")
-    grid_size(images.shape[-2:], patch_size)
+    patch_grid(images.shape[-2:], patch_size)
     return rearrange(images, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=patch_size, p2=patch_size)
 
 
 def unpatchify(patches, patch_size, image_size):
     """(b, N, P*P*c) -> (b, c, H, W), the inverse of ``patchify``; image_size is H or (H, W)."""
-    gh, gw = grid_size(image_size, patch_size)
+    gh, gw = patch_grid(image_size, patch_size)
     if patches.ndim != 3 or patches.shape[1] != gh * gw or patches.shape[2] % (patch_size * patch_size):
         raise ValueError(
             f"expected patches of shape (batch, {gh * gw}, {patch_size}*{patch_size}*channels) for a "
@@ -63,7 +63,7 @@ class PatchEmbedding(nn.Module):
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__()
         self.image_size, self.patch_size, self.in_channels = to_pair(image_size), patch_size, in_channels
-        self.grid_size = grid_size(image_size, patch_size)
+        self.grid_size = patch_grid(image_size, patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Linear(patch_size * patch_size * in_channels, dim)  # E: P*P*C -> D
 

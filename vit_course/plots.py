@@ -1,4 +1,4 @@
-"""Figures of chapters 04 and 08: patch grids, attention maps and rollout over images, the mean
+"""Figures (chapters 04, 06-08): patch grids, training curves, attention maps and rollout over images, the mean
 attention distance, position-embedding similarity and the embedding filters.
 
 Every function returns the matplotlib Figure and never calls ``plt.show()`` (notebooks end the cell
@@ -12,8 +12,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .interpret import attention_map, embedding_filters, position_embedding_similarity, rollout_map
-from .patches import grid_size as patch_grid
+from .batches import normalize
+from .embeddings import embedding_filters, position_embedding_similarity
+from .files import atomic_write
+from .interpret import attention_map, rollout_map, run_model
+from .patches import patch_grid
 
 OVERLAY = dict(cmap="inferno", alpha=0.55, vmin=0.0, vmax=1.0)
 
@@ -33,36 +36,6 @@ def to_pixels(images):
     flat = images.flatten(-3)  # (..., C*H*W)
     lo, hi = flat.amin(-1)[..., None, None, None], flat.amax(-1)[..., None, None, None]
     return (images - lo) / (hi - lo).clamp_min(1e-12)
-
-
-def model_inputs(images, mean=None, std=None):
-    """What the model eats: pixels in [0, 1] normalised by per-channel mean and std, when given.
-    Float images without mean and std are passed through as they are (already normalised)."""
-    images = torch.as_tensor(images)
-    pixels = images.float() / 255 if images.dtype == torch.uint8 else images.float()  # (b, C, H, W)
-    if mean is None:
-        return pixels
-    mean, std = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)  # (C, 1, 1)
-    return (pixels - mean) / std
-
-
-@torch.no_grad()
-def run_model(model, images, mean=None, std=None, batch_size=256):
-    """Logits (b, classes) and per-layer attention weights L x (b, h, n, n) of ``model`` on ``images``,
-    on the CPU. The model runs in eval mode on its own device and is left in the mode it had."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    logits, attentions = [], []
-    try:
-        for start in range(0, len(images), batch_size):
-            batch = model_inputs(images[start:start + batch_size], mean, std).to(device)  # (b, C, H, W)
-            out, weights = model(batch, return_attention=True)  # (b, classes), L x (b, h, n, n)
-            logits.append(out.float().cpu())
-            attentions.append([w.float().cpu() for w in weights])
-    finally:
-        model.train(was_training)
-    return torch.cat(logits), [torch.cat(layer) for layer in zip(*attentions, strict=True)]
 
 
 def show_image(ax, image, title=None):
@@ -164,9 +137,9 @@ def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, n
     """Attention rollout for a grid of images: each image next to its rollout overlay, titled with
     its true and predicted class (green when right, red when wrong).
 
-    images (b, C, H, W) uint8 or float; mean, std: the model's per-channel normalisation (see ``model_inputs``).
+    images (b, C, H, W) uint8 or float; mean, std: the model's per-channel normalisation (``batches.normalize``).
     """
-    logits, attentions = run_model(model, images, mean, std)
+    logits, attentions = run_model(model, normalize(images, mean, std))
     heat = rollout_map(attentions, model.grid_size, image_size=images.shape[-2:])  # (b, H, W)
     predicted = logits.argmax(-1)
     rows = math.ceil(len(images) / ncols)
@@ -252,4 +225,23 @@ def plot_embedding_filters(weight, patch_size, in_channels, k=28, ncols=7):
                 fontsize=6)
     ax.axis("off")
     ax.set_title(f"top {k} principal components of the patch embedding (explained variance)", fontsize=9)
+    return fig
+
+
+def plot_curves(history, path=None, title=""):
+    """Loss, test accuracy and learning rate per epoch (chapters 06-07); saved atomically as a PNG at ``path``."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), layout="constrained")
+    epochs = history["epoch"]
+    axes[0].plot(epochs, history["train_loss"], "o-", label="train")
+    axes[0].plot(epochs, history["test_loss"], "o-", label="test")
+    axes[0].legend()
+    axes[1].plot(epochs, [100 * a for a in history["test_acc"]], "o-", color="C1")
+    axes[2].plot(epochs, history["lr"], "o-", color="C2")
+    for ax, ylabel, name in zip(axes, ("cross-entropy", "%", "learning rate"),
+                                ("loss", "test accuracy", "learning rate (end of epoch)"), strict=True):
+        ax.set(xlabel="epoch", ylabel=ylabel, title=name)
+    fig.suptitle(title)
+    if path is not None:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+        plt.close(fig)
     return fig

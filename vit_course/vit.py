@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from .blocks import EncoderBlock
+from .hybrid import hybrid_stem
 from .patches import (
     PatchEmbedding,
     add_class_token_and_position,
@@ -26,72 +27,36 @@ CONFIGS = {
 }
 
 
-class ConvStem(nn.Module):
-    """The hybrid model's tokenizer: a small CNN whose feature map is cut into patches instead of pixels.
-
-    Each stage is conv3x3 -> BatchNorm -> ReLU -> max-pool (stride 2), so the map shrinks by
-    2 per stage. forward(images (b, C, H, W)) -> (b, channels[-1], H / 2^s, W / 2^s)
-    """
-
-    def __init__(self, in_channels, channels):
-        super().__init__()
-        layers = []
-        for c_in, c_out in zip((in_channels, *channels[:-1]), channels, strict=True):
-            layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                       nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1)]
-        self.layers = nn.Sequential(*layers)
-        self.out_channels, self.reduction = channels[-1], 2 ** len(channels)
-        # Channels-last (NHWC) memory: oneDNN's CPU convolutions, batch norms and max-pools are faster on it
-        # (a CIFAR-10 training step of the course's recipe: 1.25x on 2 cores, benchmarks/model_speed.py), and
-        # the (b, C, h, w) -> (b, h*w, C) token rearrange that follows becomes a free view.
-        self.to(memory_format=torch.channels_last)
-
-    def forward(self, images):
-        return self.layers(images.contiguous(memory_format=torch.channels_last))
-
-
 class ViT(nn.Module):
-    """A Vision Transformer.
+    """A Vision Transformer: patch embedding -> ``depth`` encoder blocks -> LayerNorm -> linear head.
 
     Args:
-        image_size, patch_size, in_channels: images are (b, in_channels, H, W), cut into P x P patches
-        num_classes: outputs of the head
-        dim, depth, num_heads, mlp_ratio: width D, number of blocks L, heads, MLP width ratio
-        pool: "cls" classifies the class token's final state, "mean" the mean of the patch tokens
+        image_size, patch_size, in_channels: images (b, in_channels, H, W) are cut into P x P patches
+        num_classes: K, outputs of the head
+        dim, depth, num_heads, mlp_ratio: width D, number of blocks L, heads, MLP width = int(D * mlp_ratio)
+        pool: "cls" reads the class token's final state, "mean" the mean of the patch tokens
         pos_embed: "learned" (the paper's 1D table) or "sincos" (fixed 2D sin-cos)
         class_token: prepend a class token (default: only when pool == "cls")
-        stem_channels: channels of a hybrid conv stem, e.g. (32, 64); patches are then cut from its
-            feature map (use patch_size 1 there, as the paper's hybrid does)
-        drop, attn_drop, drop_path: dropout, attention dropout, stochastic depth (linearly rising with depth)
-    forward(images) -> logits (b, num_classes); with ``return_attention=True`` -> (logits, list of
-    per-layer attention weights (b, h, n, n), n = N + 1 with a class token).
+        qkv_bias: bias in the fused qkv projection
+        stem_channels: channels of the hybrid's conv stem, e.g. (32, 64); patches are then cut from its
+            feature map (use patch_size 1 there)
+        drop, attn_drop, drop_path, init_values: dropout, attention dropout, stochastic depth (rising
+            linearly with depth), LayerScale initial value (None: off)
+    forward(images (b, C, H, W)) -> logits (b, K). ``self.config`` holds the arguments, so a checkpoint
+    can rebuild the model as ``ViT(**config)``.
     """
 
     def __init__(self, image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=768, depth=12,
                  num_heads=12, mlp_ratio=4.0, pool="cls", pos_embed="learned", class_token=None, qkv_bias=True,
                  stem_channels=None, drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None):
+        config = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         super().__init__()
-        if pool not in ("cls", "mean"):
-            raise ValueError(f'pool must be "cls" or "mean", got {pool!r}')
-        if pos_embed not in ("learned", "sincos"):
-            raise ValueError(f'pos_embed must be "learned" or "sincos", got {pos_embed!r}')
-        class_token = pool == "cls" if class_token is None else class_token
-        if pool == "cls" and not class_token:
-            raise ValueError('pool="cls" needs a class token')
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
+        self.config = config  # the constructor's arguments, as nanoGPT keeps its GPTConfig
+        class_token = check_options(pool, pos_embed, class_token, dim, num_heads)
         self.image_size, self.in_channels, self.pool = to_pair(image_size), in_channels, pool
         self.num_prefix_tokens = int(class_token)
-
-        self.stem = ConvStem(in_channels, tuple(stem_channels)) if stem_channels else None
-        if self.stem is not None:
-            h, w = self.image_size
-            if h % self.stem.reduction or w % self.stem.reduction:
-                raise ValueError(f"image of {h}x{w} pixels: the conv stem needs sides divisible by "
-                                 f"{self.stem.reduction}")
-            token_image, token_channels = (h // self.stem.reduction, w // self.stem.reduction), self.stem.out_channels
-        else:
-            token_image, token_channels = self.image_size, in_channels
+        self.stem, token_image, token_channels = hybrid_stem(in_channels, stem_channels, self.image_size)
+        ### BEGIN SOLUTION
         self.patch_embed = PatchEmbedding(token_image, patch_size, token_channels, dim)  # (b, N, D)
         self.grid_size, num_patches = self.patch_embed.grid_size, self.patch_embed.num_patches
 
@@ -107,32 +72,47 @@ class ViT(nn.Module):
             EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values) for rate in rates])
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, num_classes)
-        self.apply(_init_weights)
+        ### END SOLUTION
+        self.apply(init_weights)
 
     def embed(self, images):
-        """images (b, C, H, W) -> tokens (b, n, D) with class token and positions added."""
-        expected = (self.in_channels, *self.image_size)
-        if images.ndim != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"ViT expects images of shape (batch, {', '.join(map(str, expected))}), "
-                             f"got {tuple(images.shape)}")
-        if self.stem is not None:
-            images = self.stem(images)  # (b, C', H/r, W/r): the hybrid's feature map
-        tokens = self.patch_embed(images)  # (b, N, D)
+        """images (b, C, H, W) -> tokens (b, n, D), class token and positions added."""
+        check_images(images, self.in_channels, self.image_size)
+        ### BEGIN SOLUTION
+        tokens = self.patch_embed(self.stem(images))  # (b, N, D); the stem is nn.Identity() unless hybrid
         return add_class_token_and_position(tokens, self.cls_token, self.pos_embed)  # (b, n, D)
+        ### END SOLUTION
 
-    def forward(self, images, return_attention=False):
+    def forward(self, images):
+        ### BEGIN SOLUTION
         x = self.embed(images)  # (b, n, D)
-        attentions = []
         for block in self.blocks:
-            # The fused kernel never stores the (n x n) weights; asking for them takes the explicit path.
-            if return_attention:
-                x, weights = block(x, return_attention=True)  # weights (b, h, n, n)
-                attentions.append(weights)
-            else:
-                x = block(x)  # (b, n, D)
-        x = pool_tokens(self.norm(x), self.pool, self.num_prefix_tokens)  # (b, D)
-        logits = self.head(x)  # (b, num_classes)
-        return (logits, attentions) if return_attention else logits
+            x = block(x)  # (b, n, D)
+        x = pool_tokens(self.norm(x), self.pool, self.num_prefix_tokens)  # (b, D): x[:, 0], or the patches' mean
+        return self.head(x)  # (b, num_classes)
+        ### END SOLUTION
+
+
+def check_options(pool, pos_embed, class_token, dim, num_heads):
+    """Validate ``ViT``'s options, with errors that name the values; -> whether there is a class token."""
+    if pool not in ("cls", "mean"):
+        raise ValueError(f'pool must be "cls" or "mean", got {pool!r}')
+    if pos_embed not in ("learned", "sincos"):
+        raise ValueError(f'pos_embed must be "learned" or "sincos", got {pos_embed!r}')
+    class_token = pool == "cls" if class_token is None else class_token
+    if pool == "cls" and not class_token:
+        raise ValueError('pool="cls" needs a class token')
+    if dim % num_heads:
+        raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
+    return bool(class_token)
+
+
+def check_images(images, in_channels, image_size):
+    """Raise a ValueError naming both shapes unless images is (b, in_channels, H, W) at ``image_size``."""
+    expected = (in_channels, *to_pair(image_size))
+    if images.ndim != 4 or tuple(images.shape[1:]) != expected:
+        raise ValueError(f"ViT expects images of shape (batch, {', '.join(map(str, expected))}), "
+                         f"got {tuple(images.shape)}")
 
 
 def pool_tokens(x, pool="cls", num_prefix_tokens=1):
@@ -150,7 +130,8 @@ def pool_tokens(x, pool="cls", num_prefix_tokens=1):
     raise ValueError(f'pool must be "cls" or "mean", got {pool!r}')
 
 
-def _init_weights(module):
+def init_weights(module):
+    """timm's initialisation of a Linear: truncated normal (std 0.02) weights, zero bias."""
     if isinstance(module, nn.Linear):
         nn.init.trunc_normal_(module.weight, std=0.02)
         if module.bias is not None:

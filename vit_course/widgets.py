@@ -13,9 +13,10 @@ import math
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
-from .interpret import attention_map, rollout_map
-from .patches import grid_size as patch_grid
-from .plots import plot_patch_grid, run_model, show_image, show_overlay
+from .batches import normalize
+from .interpret import attention_map, rollout_map, run_model
+from .patches import patch_grid
+from .plots import plot_patch_grid, show_image, show_overlay
 
 MODES = ("attention", "rollout")
 
@@ -71,7 +72,7 @@ def attention_view(model, images, labels, class_names, index=0, layer=-1, head=N
     """The static figure of the attention explorer: image ``index`` and, over it, the class token's
     attention in ``layer`` (``head``, or the mean of the heads for None) or the rollout through
     ``layer`` (negative layers count from the end, as in Python). Returns the Figure."""
-    logits, attentions = run_model(model, images[index:index + 1], mean, std)
+    logits, attentions = run_model(model, normalize(images[index:index + 1], mean, std))
     layer = layer % len(attentions)
     heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode)
     label = None if labels is None else labels[index]
@@ -84,10 +85,10 @@ def attention_explorer(model, images, labels, class_names, mean=None, std=None):
     Args:
         model: a trained ``ViT`` (run once over all images; the weights are kept on the CPU)
         images: (b, C, H, W) uint8 or float, a few dozen at most; labels (b,); class_names: list
-        mean, std: the model's per-channel normalisation (see ``plots.model_inputs``)
+        mean, std: the model's per-channel normalisation (``batches.normalize``)
     Returns: the widget (a VBox with ``controls``, ``update``, ``picture``, ``text``)
     """
-    logits, attentions = run_model(model, images, mean, std)  # (b, classes), L x (b, h, n, n)
+    logits, attentions = run_model(model, normalize(images, mean, std))  # (b, classes), L x (b, h, n, n)
     depth, heads = len(attentions), attentions[0].shape[1]
     names = [f"{i}: {class_names[int(label)]}" for i, label in enumerate(labels)]
     controls = {

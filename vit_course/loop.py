@@ -1,0 +1,205 @@
+"""The training loop (chapters 06-07): ``fit`` and the clock and schedule it follows.
+
+``fit`` is AdamW (no weight decay on norms, biases, tokens and position embeddings), linear warmup then cosine
+decay per step, label smoothing, an evaluation after every epoch, progress bars, an optional time budget, and
+atomic checkpoints after every epoch that a run can resume from (``--resume``).
+"""
+
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .checkpoint import read_checkpoint, save_checkpoint
+from .device import pick_device
+from .train import evaluate, param_groups, train_step, warmup_cosine
+
+HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
+
+
+def amp_settings(amp, device):
+    """(autocast context or None, GradScaler or None) for ``amp`` in "auto", "bf16", "fp16", "off"/None/False.
+
+    "auto": bf16 on CUDA GPUs that support it, else fp16 with a GradScaler; on MPS and the CPU none (a CPU
+    without native bf16 emulates it, several times slower: chapter 09 measures it).
+    """
+    if amp in (None, False, "off", "none"):
+        return None, None
+    if amp not in ("auto", "bf16", "fp16"):
+        raise ValueError(f'amp must be "auto", "bf16", "fp16" or "off", got {amp!r}')
+    if amp == "auto":
+        if device.type != "cuda":
+            return None, None
+        amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler(device.type) if amp == "fp16" and device.type == "cuda" else None
+    return torch.autocast(device.type, dtype=dtype), scaler
+
+
+class Clock:
+    """A run's seconds, across resumed stretches, and what is left of an optional time budget.
+
+    The budget covers the training steps and the final evaluation, whose cost is estimated from the last
+    evaluation, or before there is one from the step time (a test batch costs about a third of a step).
+    """
+
+    def __init__(self, budget=None, spent=0.0):
+        self.budget, self.started = budget, time.perf_counter() - spent
+        self.eval_seconds, self.step_seconds = None, 0.0
+
+    def elapsed(self):
+        return time.perf_counter() - self.started
+
+    def record_step(self, seconds):  # a running mean
+        self.step_seconds = seconds if self.step_seconds == 0 else 0.9 * self.step_seconds + 0.1 * seconds
+
+    def left(self, test_batches):
+        """Seconds left for training steps, the final evaluation set aside (inf without a budget)."""
+        if self.budget is None:
+            return math.inf
+        reserve = self.eval_seconds if self.eval_seconds is not None else 0.5 * self.step_seconds * test_batches
+        return self.budget - reserve - self.elapsed()
+
+    def progress(self, step, total_steps, test_batches):
+        """The schedule's step: the steps done, or the share of the budget used if that is further along."""
+        if self.budget is None:
+            return step
+        used = self.elapsed() / max(self.elapsed() + self.left(test_batches), 1e-9)
+        return max(step, int(total_steps * used))
+
+
+def _resume(path, model, optimizer, progress):
+    """Load a resumable checkpoint into model and optimizer: -> (history, epoch, step, seconds)."""
+    state = read_checkpoint(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if progress:
+        tqdm.write(f"resuming from {path} after epoch {state['epoch']}")
+    return state["history"], state["epoch"], state["step"], state["seconds"]
+
+
+def _train_epoch(model, loader, optimizer, schedule, clock, step, *, label_smoothing, autocast, scaler, desc,
+                 progress, on_step, test_batches):
+    """One pass over ``loader`` (cut short when the budget runs out): -> (losses, last lr, step)."""
+    losses, lr = [], schedule(step)
+    bar = tqdm(loader, desc=desc, leave=False, disable=not progress)
+    for x, y in bar:
+        tick = time.perf_counter()
+        lr = schedule(clock.progress(step, schedule.total_steps, test_batches))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with autocast or nullcontext():
+            loss = train_step(model, x, y, optimizer, label_smoothing, scaler)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss became {loss} at step {step} (lr {lr:.2e})")
+        losses.append(loss)
+        clock.record_step(time.perf_counter() - tick)
+        step += 1
+        if on_step is not None:
+            on_step()
+        if len(losses) % 10 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.3f}", lr=f"{lr:.1e}")
+        if clock.left(test_batches) <= 0:
+            break
+    return losses, lr, step
+
+
+class Schedule:
+    """The per-step learning rate of a run: ``Schedule(...)(step)`` -> lr (warmup, then cosine)."""
+
+    def __init__(self, epochs, steps_per_epoch, warmup_epochs, lr, min_lr):
+        self.total_steps, self.warmup_steps = epochs * steps_per_epoch, round(warmup_epochs * steps_per_epoch)
+        self.lr, self.min_lr = lr, min_lr
+
+    def __call__(self, step):
+        return warmup_cosine(min(step, self.total_steps - 1), self.total_steps, self.warmup_steps, self.lr, self.min_lr)
+
+
+def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_epochs, label_smoothing,
+        min_lr=0.0, device=None, amp="auto", time_budget=None, checkpoint=None, resume=False, seed=0,
+        progress=True, on_step=None, run_info=None):
+    """Train ``model`` with AdamW and a per-step warmup-cosine schedule; evaluate after every epoch.
+
+    Args:
+        train_loader, test_loader: iterables of (x (b, C, H, W), y (b,)) with a len(); a loader with
+            ``set_epoch`` (``batches.DeviceLoader``) is told the epoch when resuming
+        epochs, lr, weight_decay, warmup_epochs (may be fractional), label_smoothing, min_lr: the recipe
+        device: None picks CUDA, then MPS, then the CPU; amp: see ``amp_settings``
+        time_budget: seconds for the training and its final evaluation; when they run out, the epoch stops
+            and the model is evaluated. The schedule then follows the clock too, so a budget-cut run still
+            ends with a decayed learning rate. Runs the budget does not cut are exactly reproducible.
+        checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history, rng);
+            with ``resume=True`` and that file present, training continues after its last epoch
+        on_step: called with no arguments after every step (e.g. a ``device.ThreadWatch``)
+        run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
+    Returns the history: dict of lists epoch, train_loss, test_loss, test_acc, lr, seconds (cumulative).
+    KeyboardInterrupt: the model is left in eval mode with the weights of the last step, the checkpoint
+    file keeps the last finished epoch, and the interrupt is re-raised.
+    """
+    device = pick_device(device)
+    model.to(device)
+    autocast, scaler = amp_settings(amp, device)
+    optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
+    _check_not_empty(train_loader)
+    schedule = Schedule(epochs, len(train_loader), warmup_epochs, lr, min_lr)
+    history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
+    torch.manual_seed(seed)  # dropout and stochastic depth draw from the global generator
+    if resume and checkpoint is not None and Path(checkpoint).is_file():
+        history, start, step, spent = _resume(checkpoint, model, optimizer, progress)
+    if hasattr(train_loader, "set_epoch"):
+        train_loader.set_epoch(start)
+    clock = Clock(time_budget, spent)
+    try:
+        for epoch in range(start, epochs):
+            losses, current_lr, step = _train_epoch(
+                model, train_loader, optimizer, schedule, clock, step, label_smoothing=label_smoothing,
+                autocast=autocast, scaler=scaler, desc=f"epoch {epoch + 1}/{epochs}", progress=progress,
+                on_step=on_step, test_batches=len(test_loader))
+            test_loss, test_acc = _evaluate_timed(model, test_loader, autocast, clock)
+            done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch
+            _record(history, epoch=done, train_loss=sum(losses) / max(len(losses), 1), test_loss=test_loss,
+                    test_acc=test_acc, lr=current_lr, seconds=clock.elapsed(), progress=progress)
+            if checkpoint is not None:
+                save_checkpoint(checkpoint, model, history=history, optimizer=optimizer, epoch=epoch + 1, step=step,
+                                seconds=history["seconds"][-1], rng=torch.get_rng_state(), **(run_info or {}))
+            if clock.left(len(test_loader)) <= 0:
+                break
+    except KeyboardInterrupt:
+        model.eval()
+        if progress:
+            tqdm.write(f"interrupted; the last finished epoch is in {checkpoint}" if checkpoint else "interrupted")
+        raise
+    model.eval()
+    return history
+
+
+def _check_not_empty(loader):
+    if len(loader) == 0:
+        raise ValueError(f"the training loader yields no batch: {len(getattr(loader, 'labels', ()))} images "
+                         f"with batch size {getattr(loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
+
+
+def _evaluate_timed(model, test_loader, autocast, clock):
+    """``evaluate`` (under autocast if any), its time recorded on the clock: -> (test loss, test accuracy)."""
+    tick = time.perf_counter()
+    with autocast or nullcontext():
+        result = evaluate(model, test_loader)
+    clock.eval_seconds = time.perf_counter() - tick
+    return result
+
+
+def _record(history, *, progress, **values):
+    """Append one epoch's values (rounded floats) to the history, and print a line."""
+    for key in HISTORY_KEYS:
+        value = values[key]
+        history[key].append(round(value, 6) if isinstance(value, float) else value)
+    if progress:
+        tqdm.write(f"epoch {values['epoch']:.2f}: train loss {values['train_loss']:.4f}, test loss "
+                   f"{values['test_loss']:.4f}, test acc {values['test_acc']:.2%}, {values['seconds']:.0f} s")
+
+
+__all__ = ["Clock", "Schedule", "amp_settings", "fit"]
