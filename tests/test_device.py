@@ -60,3 +60,12 @@ def test_thread_watch_reads_this_machine():
         assert 1 <= torch.get_num_threads() <= (device.os.cpu_count() or 1)
     finally:
         torch.set_num_threads(before)
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
+    for flags, expected in (({"avx2", "fma"}, False), ({"avx512f", "avx512_bf16"}, True), ({"amx_bf16"}, True)):
+        monkeypatch.setattr(device, "cpu_flags", lambda flags=flags: ("some CPU", flags))
+        assert device.cpu_has_bf16() is expected, flags
+    monkeypatch.setattr(device, "cpu_flags", lambda: (None, None))  # no /proc/cpuinfo: unknown
+    assert device.cpu_has_bf16() is None
+    assert set(device.machine()) == {"cpu", "vector_isa", "bf16", "cores"}

@@ -25,17 +25,31 @@ def pick_device(device=None):
     return torch.device("cpu")
 
 
+def cpu_flags():
+    """(CPU model name, set of instruction-set flags) from /proc/cpuinfo; (None, None) where it is missing."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None, None
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return name, set(flags)
+
+
 def cpu_has_bf16():
     """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX); None where /proc/cpuinfo is missing.
 
     Without those instructions, bfloat16 autocast on the CPU is emulated and several times slower (chapter 09).
     """
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return None
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+    flags = cpu_flags()[1]
+    return None if flags is None else bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def machine():
+    """What a measurement ran on, for the records beside it: CPU model, vector instructions, bf16, cores."""
+    return {"cpu": cpu_flags()[0], "vector_isa": torch.backends.cpu.get_cpu_capability(), "bf16": cpu_has_bf16(),
+            "cores": os.cpu_count()}
 
 
 def cpu_times():

@@ -17,7 +17,7 @@ import torch
 
 from .batches import AUGMENT, loaders
 from .checkpoint import read_checkpoint, save_checkpoint
-from .device import ThreadWatch, pick_device, pick_threads
+from .device import ThreadWatch, machine, pick_device, pick_threads
 from .files import write_json
 from .loop import fit
 from .vit import ViT
@@ -51,8 +51,8 @@ RECIPES = {
     # The paper's own architecture, no conv stem: 4x4 patches (an 8x8 grid), a class token, a learned position
     # table, 6 pre-norm blocks. It must learn locality from data, so it trains for a fixed number of epochs (a
     # long run, resumable with --resume) whose weights chapter 08 inspects. Width 128: a step at width 192 costs
-    # about twice as much (benchmarks/plain_recipe.py --speed), and a plain ViT short of epochs gains more from
-    # epochs than from width. The standard crop and flip: over 64 epochs the model sees each image many times.
+    # about 1.6 times as much (benchmarks/plain_recipe.py --speed), and a plain ViT short of epochs gains more
+    # from epochs than from width. The standard crop and flip: over 64 epochs the model sees each image many times.
     "cifar10-plain": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,
@@ -127,7 +127,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         "thread_changes": watch.changes if watch is not None else [],  # (seconds, threads) the watch set
         "torch": str(torch.__version__),  # a str subclass, which weights_only loading refuses
         "python": platform.python_version(), "seed": seed, "batch_size": batch_size, "time_budget": budget,
-        "cpu_load_before": load_before, "cpu_load_after": _load_average(),
+        "cpu_load_before": load_before, "cpu_load_after": _load_average(), "machine": machine(),
     }
     save_checkpoint(out / "model.pt", model.cpu(), history=history, metrics=metrics, **run_info)
     (out / "checkpoint.pt").unlink(missing_ok=True)  # the resumable one (with optimizer state) is done
