@@ -379,3 +379,51 @@ def test_distance_rejects_more(impl, hint):
 ])
 def test_similarity_rejects_more(impl, hint):
     rejects(checks.position_embedding_similarity, impl, hint)
+
+
+# --- delete_patches (chapter 08's deletion test) -----------------------------------------------------------------
+
+def deleting(lowest=False, order="h w", count=round, batch_wide=False, in_place=False, fill=0.0, pixels=False):
+    """delete_patches as a learner might write it, with one slip switched on."""
+    def delete_patches(images, ranking, fraction, patch_size):
+        b, _, h, w = images.shape
+        gh, gw = h // patch_size, w // patch_size
+        if ranking.shape != (b, gh * gw):
+            raise ValueError(f"ranking {tuple(ranking.shape)} is not (batch, patches) = {(b, gh * gw)}")
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"fraction {fraction} is not in [0, 1]")
+        k = count(fraction * gh * gw)
+        keep = torch.ones(b, gh * gw)
+        if batch_wide:
+            keep.view(-1)[ranking.flatten().topk(k * b, largest=not lowest).indices] = 0.0
+        else:
+            keep.scatter_(1, ranking.topk(k, dim=1, largest=not lowest).indices, 0.0)
+        pattern = "b (h w) -> b h w" if order == "h w" else "b (w h) -> b h w"
+        grid = rearrange(keep, pattern, h=gh)
+        if pixels:
+            mask = torch.ones(b, h, w)
+            mask[:, :gh, :gw] = grid
+        else:
+            mask = grid.repeat_interleave(patch_size, 1).repeat_interleave(patch_size, 2)
+        mask = mask[:, None].bool()
+        if in_place:
+            images.masked_fill_(~mask, fill)
+            return images
+        return torch.where(mask, images, torch.full_like(images, fill))
+    return delete_patches
+
+
+@pytest.mark.parametrize("impl, hint", [
+    (deleting(lowest=True), "ranked lowest"), (deleting(order="w h"), "column by column"),
+    (deleting(pixels=True), "pixel positions"), (deleting(count=int), r"int\(\) rounds down"),
+    (deleting(batch_wide=True), "whole batch"), (deleting(in_place=True), "in place"),
+    (deleting(fill=-1.0), "dataset's mean colour"),
+    (lambda images, ranking, fraction, patch_size: images.clone(), "largest difference"),
+])
+def test_delete_patches_rejects(impl, hint):
+    rejects(checks.delete_patches, impl, hint)
+
+
+@pytest.mark.parametrize("impl", [vit_course.delete_patches, deleting()])
+def test_delete_patches_accepts(impl, capsys):
+    accepts(checks.delete_patches, impl, capsys)

@@ -4,7 +4,7 @@ One module per idea, in the order the chapters meet them:
 attention (01-02) · blocks (03) · patches (04, 09) · vit (05) · hybrid (06-07: the conv stem) ·
 data, download, batches (06-07: files -> tensors -> batches) · train (06: step, evaluation, schedule) ·
 loop (06-07: ``fit``) · checkpoint · recipes (the ``train`` command) · device (where to compute, threads) ·
-interpret, embeddings (08) · plots, widgets (figures and explorers) · checks (every exercise's check) ·
+interpret, embeddings, faithfulness (08) · plots, widgets (figures and explorers) · checks (every exercise's check) ·
 notebooks, grade (student notebooks and grading them) · files (atomic writes).
 """
 
@@ -16,6 +16,7 @@ from .checkpoint import load_checkpoint, load_pretrained, save_checkpoint
 from .data import DATASETS, data_root, load
 from .device import pick_device, pick_threads
 from .embeddings import embedding_filters, position_embedding_similarity
+from .faithfulness import delete_patches
 from .hybrid import ConvStem
 from .interpret import (
     attention_distances,
@@ -54,6 +55,6 @@ __all__ = [
     "load_pretrained", "loaders", "normalize", "param_groups", "pick_device", "pick_threads", "random_crop_flip",
     "random_translate", "save_checkpoint", "train_step", "warmup_cosine",
     # 08: interpretation; figures and explorers live in vit_course.plots and vit_course.widgets
-    "attention_distances", "attention_map", "attention_rollout", "embedding_filters", "layer_attentions",
-    "mean_attention_distance", "position_embedding_similarity", "rollout_map",
+    "attention_distances", "attention_map", "attention_rollout", "delete_patches", "embedding_filters",
+    "layer_attentions", "mean_attention_distance", "position_embedding_similarity", "rollout_map",
 ]

@@ -64,3 +64,60 @@ def embedding_filters(weight, patch_size, in_channels, k=28):
     components = components * peak.sign()  # SVD's sign is arbitrary: fix it so figures are reproducible
     filters = rearrange(components, "k (p1 p2 c) -> k p1 p2 c", p1=patch_size, p2=patch_size)
     return filters, explained[:k]
+
+
+def grid_neighbours(grid_size):
+    """(N, N) bool: True where two patches are among each other's 8 surrounding cells on the grid."""
+    gh, gw = to_pair(grid_size)
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    rows, cols = rows.flatten(), cols.flatten()  # (N,) each
+    dr, dc = (rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs()  # (N, N)
+    return (dr <= 1) & (dc <= 1) & ((dr + dc) > 0)
+
+
+def neighbour_share(pos_embed, grid_size):
+    """For what share of the patches is the most similar *other* position one of its 8 grid neighbours?
+
+    A learned table that has recovered the image's rows and columns scores near 1; random rows score about
+    8 / N. pos_embed (1, n, D) or (n, D), class-token rows dropped as in ``position_embedding_similarity``.
+    """
+    sim = position_embedding_similarity(pos_embed, grid_size).flatten(2).flatten(0, 1)  # (N, N)
+    sim.fill_diagonal_(-float("inf"))  # a patch is not its own neighbour
+    nearest = sim.argmax(dim=1)  # (N,)
+    return grid_neighbours(grid_size)[torch.arange(len(nearest)), nearest].float().mean().item()
+
+
+def rank(values):
+    """Ranks 1..n of a 1-D tensor, ties given their average rank (as Spearman's correlation needs)."""
+    order = values.argsort()
+    sorted_values = values[order]
+    ranks = torch.empty_like(values, dtype=torch.float64)
+    ranks[order] = torch.arange(1, len(values) + 1, dtype=torch.float64)
+    _, group, counts = torch.unique_consecutive(sorted_values, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, group, ranks[order])  # per tie group
+    ranks[order] = (sums / counts)[group]
+    return ranks
+
+
+def spearman(x, y):
+    """Spearman's rank correlation of two 1-D tensors of equal length (ties averaged)."""
+    rx, ry = rank(x.flatten().double()), rank(y.flatten().double())
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return (rx @ ry / (rx.norm() * ry.norm()).clamp_min(1e-12)).item()
+
+
+def position_rank_correlation(pos_embed, grid_size):
+    """Spearman correlation, over all pairs of distinct patches, between the cosine similarity of their position
+    embeddings and their closeness on the grid (minus the Euclidean distance between grid cells)."""
+    gh, gw = to_pair(grid_size)
+    sim = position_embedding_similarity(pos_embed, (gh, gw)).flatten(2).flatten(0, 1)  # (N, N)
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    cells = torch.stack([rows.flatten(), cols.flatten()], dim=1).float()  # (N, 2)
+    pairs = torch.triu_indices(len(cells), len(cells), offset=1)  # (2, N(N-1)/2): each distinct pair once
+    closeness = -torch.cdist(cells, cells)[pairs[0], pairs[1]]
+    return spearman(sim[pairs[0], pairs[1]], closeness)
+
+
+def top_variance_share(weight, patch_size, in_channels, k=8):
+    """Share of the patch-embedding filters' variance that their top ``k`` principal components hold."""
+    return embedding_filters(weight, patch_size, in_channels, k)[1].sum().item()

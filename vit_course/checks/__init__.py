@@ -6,8 +6,8 @@ Checks compare against the reference solutions in ``vit_course`` and never depen
 
 Modules, by chapter: ``attention`` (01), ``heads`` and ``multihead`` (02), ``blocks`` and ``encoder`` (03),
 ``patches`` (04), ``vit`` and ``counting`` (05), ``training`` and ``schedule`` (06), ``augment`` and
-``pooling`` (07), ``interpret`` (08), ``resample`` (09); ``core``, ``messages`` and ``common`` hold what
-they share.
+``pooling`` (07), ``interpret`` and ``faithfulness`` (08), ``resample`` (09); ``core``, ``messages`` and
+``common`` hold what they share.
 """
 
 from .attention import SelfAttention, scaled_dot_product_attention
@@ -16,6 +16,7 @@ from .blocks import MLP, DropPath, LayerNorm
 from .core import CheckFailed
 from .counting import count_parameters
 from .encoder import EncoderBlock
+from .faithfulness import delete_patches
 from .heads import merge_heads, split_heads
 from .interpret import attention_rollout, mean_attention_distance, position_embedding_similarity
 from .multihead import MultiHeadAttention
@@ -31,5 +32,5 @@ __all__ = [
     "SelfAttention", "ViT", "add_class_token_and_position", "count_parameters", "merge_heads", "patchify",
     "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "unpatchify", "train_step",
     "evaluate", "warmup_cosine", "random_crop_flip", "attention_rollout", "mean_attention_distance",
-    "position_embedding_similarity", "pool_tokens",
+    "position_embedding_similarity", "pool_tokens", "delete_patches",
 ]

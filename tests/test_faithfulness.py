@@ -1,0 +1,101 @@
+"""Chapter 08's numbers: the deletion test, and how much a position table or a patch embedding has learned."""
+
+import pytest
+import torch
+
+from vit_course import ViT, patchify, sincos_position_embedding
+from vit_course.embeddings import (
+    grid_neighbours,
+    neighbour_share,
+    position_rank_correlation,
+    spearman,
+    top_variance_share,
+)
+from vit_course.faithfulness import class_token_rankings, delete_patches, deletion_accuracy, random_ranking
+
+
+def spearman_by_hand(x, y):
+    """An independent Spearman: average ranks by sorting in plain Python, then Pearson on the ranks."""
+    def ranks(values):
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        out, i = [0.0] * len(values), 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for m in range(i, j + 1):
+                out[order[m]] = (i + j) / 2 + 1
+            i = j + 1
+        return out
+    rx, ry = ranks(list(x)), ranks(list(y))
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    return cov / (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+
+
+def test_spearman_with_ties_matches_an_independent_computation():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 5, (60,), generator=g).float()  # many ties
+    y = x + torch.randn(60, generator=g)
+    assert spearman(x, y) == pytest.approx(spearman_by_hand(x.tolist(), y.tolist()), abs=1e-9)
+    assert spearman(torch.arange(10.0), torch.arange(10.0) ** 3) == pytest.approx(1.0)
+    assert spearman(torch.arange(10.0), -torch.arange(10.0)) == pytest.approx(-1.0)
+
+
+def test_grid_neighbours_are_the_8_surrounding_cells():
+    near = grid_neighbours((3, 4))
+    assert near.shape == (12, 12) and not near.diagonal().any() and torch.equal(near, near.T)
+    assert near[5].sum() == 8 and near[0].sum() == 3  # an inner cell, a corner
+    assert near[0, 5] and not near[0, 2]  # (0,0)-(1,1) diagonal neighbours; (0,0)-(0,2) two apart
+
+
+def test_a_table_that_knows_the_grid_scores_high_and_noise_scores_low():
+    grid = (8, 8)
+    knows = torch.cat([torch.zeros(1, 64), sincos_position_embedding(grid, 64)])  # class-token row first
+    noise = torch.randn(65, 64, generator=torch.Generator().manual_seed(1))
+    assert neighbour_share(knows, grid) == 1.0 and position_rank_correlation(knows, grid) > 0.8
+    assert neighbour_share(noise, grid) < 0.4 and abs(position_rank_correlation(noise, grid)) < 0.1
+
+
+def test_top_variance_share():
+    g = torch.Generator().manual_seed(2)
+    rank_one = torch.randn(32, 1, generator=g) @ torch.randn(1, 48, generator=g)  # (D, P*P*C): one direction
+    assert top_variance_share(rank_one + 5.0, 4, 3, k=1) == pytest.approx(1.0, abs=1e-4)  # centring removes the 5
+    noise = torch.randn(500, 48, generator=g)
+    assert top_variance_share(noise, 4, 3, k=8) < 0.4  # spread evenly: about 8/48 each way
+
+
+def test_delete_patches_zeroes_the_top_ranked_patches_only():
+    g = torch.Generator().manual_seed(3)
+    images, ranking = torch.randn(3, 3, 8, 12, generator=g), torch.randn(3, 6, generator=g)  # a 2 x 3 grid
+    before = images.clone()
+    out = delete_patches(images, ranking, 0.5, 4)
+    assert torch.equal(images, before)  # the input is untouched
+    zeroed = (patchify(out, 4) == 0).all(-1)  # (3, 6)
+    expected = torch.zeros(3, 6, dtype=torch.bool).scatter_(1, ranking.topk(3, dim=1).indices, True)
+    assert torch.equal(zeroed, expected)
+    kept = ~expected
+    assert torch.equal(patchify(out, 4)[kept], patchify(images, 4)[kept])
+    assert torch.equal(delete_patches(images, ranking, 0.0, 4), images)
+    assert (delete_patches(images, ranking, 1.0, 4) == 0).all()
+    with pytest.raises(ValueError, match=r"\(3, 6\).*\(3, 5\)"):
+        delete_patches(images, ranking[:, :5], 0.5, 4)
+    with pytest.raises(ValueError, match="1.5"):
+        delete_patches(images, ranking, 1.5, 4)
+
+
+def test_rankings_and_deletion_on_a_small_vit():
+    torch.manual_seed(0)
+    model = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=4, dim=32, depth=2, num_heads=2).eval()
+    inputs, labels = torch.randn(10, 3, 16, 16), torch.randint(0, 4, (10,))
+    rankings = class_token_rankings(model, inputs, batch_size=4)
+    assert set(rankings) == {"rollout", "last layer"} and rankings["rollout"].shape == (10, 16)
+    with torch.no_grad():
+        predicted = model(inputs).argmax(-1)
+    assert deletion_accuracy(model, inputs, predicted, rankings["rollout"], 0.0, 4) == 1.0
+    accuracy = deletion_accuracy(model, inputs, labels, random_ranking(10, 16), 0.25, 4, batch_size=3)
+    assert 0.0 <= accuracy <= 1.0
+    mean_pooled = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=4, dim=32, depth=1, num_heads=2,
+                      pool="mean", pos_embed="sincos")
+    with pytest.raises(ValueError, match="class token"):
+        class_token_rankings(mean_pooled, inputs)

@@ -1,0 +1,78 @@
+"""Does attention point at what matters? The deletion test of chapter 08.
+
+A map that ranks the patches by importance (attention rollout, or the last layer's class-token attention) is
+put to the test: delete the patches it ranks highest and see how much accuracy falls, against deleting as many
+patches chosen at random. "Deleting" sets a patch to zero in the normalised input, which is the dataset's mean
+colour. A faithful map costs more accuracy than chance.
+
+Shapes: b images, C channels, H x W pixels, P x P patches on a gh x gw grid, N = gh * gw patches.
+"""
+
+import torch
+from einops import rearrange
+
+from .interpret import attention_rollout, layer_attentions, num_prefix
+from .patches import patch_grid
+from .train import eval_mode
+
+
+def delete_patches(images, ranking, fraction, patch_size):
+    """Zero the ``fraction`` of each image's patches that ``ranking`` scores highest.
+
+    Args:
+        images: (b, C, H, W) normalised images (zero is the dataset's mean)
+        ranking: (b, N) a score per patch, patches numbered row by row from the top-left (as ``patchify``)
+        fraction: share of the N patches to delete, in [0, 1]; round(fraction * N) patches are deleted
+        patch_size: P
+    Returns: a new (b, C, H, W) tensor; ``images`` is left unchanged.
+    """
+    gh, gw = patch_grid(images.shape[-2:], patch_size)
+    if ranking.shape != (images.shape[0], gh * gw):
+        raise ValueError(f"ranking must be (batch, patches) = ({images.shape[0]}, {gh * gw}) for images of shape "
+                         f"{tuple(images.shape)} and patch size {patch_size}, got {tuple(ranking.shape)}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    count = round(fraction * gh * gw)
+    keep = torch.ones_like(ranking, dtype=images.dtype)  # (b, N)
+    keep.scatter_(1, ranking.topk(count, dim=1).indices, 0.0)  # 0 for the `count` highest-ranked patches
+    mask = rearrange(keep, "b (h w) -> b 1 h w", h=gh).repeat_interleave(patch_size, -2)  # (b, 1, H, W/P)
+    return images * mask.repeat_interleave(patch_size, -1)  # (b, C, H, W)
+
+
+def class_token_rankings(model, inputs, batch_size=256):
+    """Two rankings of the patches per image, from the class token's point of view: -> dict of (b, N).
+
+    "rollout": its row of the attention rollout through every layer; "last layer": its attention in the last
+    layer, averaged over the heads. The model must have a class token.
+    """
+    rankings = {"rollout": [], "last layer": []}
+    device = next(model.parameters()).device
+    with eval_mode(model):
+        for start in range(0, len(inputs), batch_size):
+            weights = layer_attentions(model, inputs[start:start + batch_size].to(device))  # L x (b, h, n, n)
+            k = num_prefix(weights[0].shape[-1], model.grid_size)
+            if k < 1:
+                raise ValueError("class_token_rankings needs a model with a class token (pool='cls')")
+            rankings["rollout"].append(attention_rollout(weights)[:, 0, k:].cpu())  # (b, N)
+            rankings["last layer"].append(weights[-1].float().mean(1)[:, 0, k:].cpu())  # (b, N)
+    return {name: torch.cat(parts) for name, parts in rankings.items()}
+
+
+@torch.no_grad()
+def deletion_accuracy(model, inputs, labels, ranking, fraction, patch_size, batch_size=256):
+    """Accuracy (0..1) of ``model`` on ``inputs`` after ``delete_patches`` with ``ranking`` and ``fraction``."""
+    device, correct = next(model.parameters()).device, 0
+    with eval_mode(model):
+        for start in range(0, len(inputs), batch_size):
+            part = slice(start, start + batch_size)
+            deleted = delete_patches(inputs[part], ranking[part], fraction, patch_size).to(device)
+            correct += (model(deleted).argmax(-1).cpu() == labels[part]).sum().item()
+    return correct / len(inputs)
+
+
+def random_ranking(batch, patches, generator=None):
+    """A ranking that knows nothing: independent uniform scores, one random order per image. (b, N)."""
+    return torch.rand(batch, patches, generator=generator)
+
+
+__all__ = ["class_token_rankings", "delete_patches", "deletion_accuracy", "random_ranking"]
