@@ -1,11 +1,11 @@
 """vit_course: the reference solutions, checks and tools of "Vision Transformers from scratch".
 
 One module per idea, in the order the chapters meet them:
-attention (01-02) · blocks (03) · patches (04, 09) · vit (05) · hybrid (06-07: the conv stem) ·
-data, download, batches (06-07: files -> tensors -> batches) · train (06: step, evaluation, schedule) ·
-loop (06-07: ``fit``) · checkpoint · recipes (the ``train`` command) · device (where to compute, threads) ·
-interpret, embeddings, faithfulness (08) · plots, widgets (figures and explorers) · checks (every exercise's check) ·
-notebooks, grade (student notebooks and grading them) · files (atomic writes).
+attention (01-02) · blocks (03) · patches (04, 09) · vit (05) · hybrid (06-07: the conv stem) · baselines (07:
+the small CNN) · data, download, batches (06-07: files -> tensors -> batches) · train (06: step, evaluation,
+schedule) · loop (06-07: ``fit``) · checkpoint · recipes (the ``train`` command) · device (where to compute,
+threads) · interpret, embeddings, faithfulness (08) · plots, widgets (figures and explorers) · checks (every
+exercise's check) · notebooks, grade, kernel (student notebooks, grading them) · files (atomic writes).
 """
 
 from . import checks as checks  # the exercise checks: checks.MultiHeadAttention(MultiHeadAttention)
