@@ -1,0 +1,57 @@
+"""The paper-experiment benchmarks run end to end on a sliver of the data (--smoke) and write what the chapters
+read."""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from vit_course import ViT, save_checkpoint
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+
+
+def benchmark(name):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_data
+def test_data_scaling_writes_the_chapters_json(tmp_path):
+    out = tmp_path / "scaling.json"
+    benchmark("data_scaling").main(["--smoke", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["fractions"] == [0.1, 0.25, 0.5, 1.0] and result["seeds"] == [0]
+    for name in ("vit", "cnn"):
+        model = result["models"][name]
+        assert len(model["test_accuracy"]) == 4 and all(0 <= a <= 1 for a in model["test_accuracy"])
+        assert model["params"] > 0 and model["per_seed"]["0"] == model["test_accuracy"]
+    images = [run["images"] for run in result["runs"] if run["model"] == "vit"]
+    assert images == sorted(images) and images[-1] == 2 * images[-2]  # growing, nested shares of the set
+
+
+@needs_data
+def test_finetune_resolution_writes_the_chapters_json(tmp_path):
+    torch.manual_seed(0)
+    model = ViT(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=32, depth=1, num_heads=2)
+    save_checkpoint(tmp_path / "tiny.pt", model)
+    out = tmp_path / "ft.json"
+    benchmark("finetune_resolution").main(["--smoke", "--checkpoint", str(tmp_path / "tiny.pt"), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["base_resolution"] == 32 and result["resolution"] == 48
+    assert set(result["accuracy"]) == {"base", "resampled", "finetuned"} and result["finetune_seconds"] > 0
+
+
+def test_a_model_at_a_higher_resolution_keeps_its_weights_and_resamples_positions():
+    torch.manual_seed(0)
+    model = ViT(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=32, depth=1, num_heads=2).eval()
+    bigger = benchmark("finetune_resolution").at_resolution(model, 48)
+    assert bigger.grid_size == (12, 12) and bigger.pos_embed.shape == (1, 145, 32)
+    assert torch.equal(bigger.pos_embed[0, 0], model.pos_embed[0, 0])  # the class token's row is kept
+    assert torch.equal(bigger.patch_embed.proj.weight, model.patch_embed.proj.weight)
