@@ -18,7 +18,7 @@ from sphinx.util.docutils import SphinxDirective
 
 logger = logging.getLogger(__name__)
 
-RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"))
+RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"))
 HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Reproduce with"]
 
 
