@@ -1,4 +1,5 @@
-"""The command line: ``python -m vit_course train RECIPE``, ``... notebooks`` and ``... grade NOTEBOOK``."""
+"""The command line (chapters 06-08 train with it; every chapter grades with it): ``python -m vit_course train
+RECIPE``, ``... notebooks`` and ``... grade NOTEBOOK``."""
 
 import argparse
 import os

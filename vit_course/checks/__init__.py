@@ -1,4 +1,4 @@
-"""One check per exercise, named after it: ``checks.MultiHeadAttention(MultiHeadAttention)``.
+"""One check per exercise of every chapter, named after it: ``checks.MultiHeadAttention(MultiHeadAttention)``.
 
 A passing check prints one line (``✔ name: passed N tests``) and returns None; a failing one raises
 ``CheckFailed`` (an ``AssertionError``) saying what was tried, what was expected and the likely cause.
