@@ -26,3 +26,20 @@ def test_readme_quick_start_is_make_book_and_make_test():
     quick = re.search(r"## Quick start(.*?)\n## ", text, re.S).group(1)
     assert "make book" in quick and "make test" in quick
     assert "pytest --nbval-lax notebooks/" in text and "VIT_COURSE_DATA" in text
+
+
+def test_readme_results_table_is_written_from_the_metrics(tmp_path):
+    from vit_course import results
+
+    assert results.main(["--check"]) == 0, "run `python -m vit_course results`"
+    for run, _ in results.RUNS[:2]:  # a retrained run changes the table
+        (tmp_path / run).mkdir()
+        metrics = json.loads((ROOT / "vit_course" / "checkpoints" / run / "metrics.json").read_text())
+        (tmp_path / run / "metrics.json").write_text(json.dumps({**metrics, "test_accuracy": 0.5}))
+    text = (ROOT / "README.md").read_text()
+    changed = results.readme_with_table(text, tmp_path)
+    assert changed != text and "| 50.00% |" in changed
+    assert "cifar10-plain" not in "\n".join(results.readme_table(tmp_path))  # not shipped: no row
+    readme = tmp_path / "README.md"
+    readme.write_text(changed)
+    assert results.main(["--check", "--readme", str(readme)]) == 1

@@ -5,7 +5,8 @@ attention (01-02) · blocks (03) · patches (04, 09) · vit (05) · hybrid (06-0
 the small CNN) · data, download, batches (06-07: files -> tensors -> batches) · train (06: step, evaluation,
 schedule) · loop (06-07: ``fit``) · checkpoint · recipes (the ``train`` command) · device (where to compute,
 threads) · interpret, embeddings, faithfulness (08) · plots, widgets (figures and explorers) · checks (every
-exercise's check) · notebooks, grade, kernel (student notebooks, grading them) · files (atomic writes).
+exercise's check) · notebooks, grade, kernel (student notebooks, grading them) · results (the README's and
+the book's results tables) · files (atomic writes).
 """
 
 from . import checks as checks  # the exercise checks: checks.MultiHeadAttention(MultiHeadAttention)

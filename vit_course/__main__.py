@@ -1,5 +1,5 @@
 """The command line (chapters 06-08 train with it; every chapter grades with it): ``python -m vit_course train
-RECIPE``, ``... notebooks`` and ``... grade NOTEBOOK``."""
+RECIPE``, ``... notebooks``, ``... grade NOTEBOOK`` and ``... results``."""
 
 import argparse
 import os
@@ -44,6 +44,7 @@ def build_parser():
     commands.add_parser("notebooks", help="generate the student notebooks (see `notebooks --help`)", add_help=False)
     commands.add_parser("grade", help="run a notebook and say which exercises pass (see `grade --help`)",
                         add_help=False)
+    commands.add_parser("results", help="write the README's results table from the shipped metrics", add_help=False)
     return parser
 
 
@@ -54,10 +55,10 @@ def main(argv=None):
         from .notebooks import main as notebooks_main
 
         return notebooks_main(argv[1:])
-    if argv and argv[0] == "grade":  # its own parser owns the remaining arguments
-        from .grade import main as grade_main
+    if argv and argv[0] in ("grade", "results"):  # their own parsers own the remaining arguments
+        from importlib import import_module
 
-        return grade_main(argv[1:])
+        return import_module(f"vit_course.{argv[0]}").main(argv[1:])
     args = build_parser().parse_args(argv)
     from .recipes import train_recipe
 

@@ -1,0 +1,127 @@
+"""The shipped runs' results in one place (chapters 06-08): the README's table and the book's results page are both
+generated here from each run's ``vit_course/checkpoints/NAME/metrics.json``, so no number is typed twice.
+
+    python -m vit_course results            # rewrite the README's table from the metrics
+    python -m vit_course results --check    # exit 1 if the README's table is out of date
+"""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from .files import write_text
+from .kernel import ROOT
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"))
+BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Reproduce with"]
+README_HEADER = ["run", "command", "test accuracy", "epochs done", "training time", "parameters", "machine"]
+BEGIN, END = "<!-- results: written by `python -m vit_course results` -->", "<!-- end of results -->"
+
+
+def format_seconds(seconds):
+    """412.3 -> '6 min 52 s'; under a minute, '48 s'; from an hour, '1 h 2 min'."""
+    seconds = round(float(seconds))
+    if seconds < 0:
+        raise ValueError(f"training time must be >= 0, got {seconds} s")
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def format_count(n):
+    """5_400_000 -> '5.4 M', 210_000 -> '210 k', 950 -> '950'."""
+    n = int(n)
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f} M"
+    return f"{n / 1e3:.0f} k" if n >= 1000 else str(n)
+
+
+def read_metrics(path):
+    """The validated contents of one metrics.json. Raises ValueError naming the file and the bad value."""
+    metrics = json.loads(Path(path).read_text())
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(metrics).__name__}")
+    acc = metrics.get("test_accuracy")
+    if not isinstance(acc, (int, float)) or not 0 <= acc <= 1 or math.isnan(acc):
+        raise ValueError(f"{path}: test_accuracy must be a number in 0..1, got {acc!r}")
+    seconds = metrics.get("train_seconds")
+    if not isinstance(seconds, (int, float)) or seconds < 0:
+        raise ValueError(f"{path}: train_seconds must be a number >= 0, got {seconds!r}")
+    return metrics
+
+
+def shipped(checkpoints=CHECKPOINTS):
+    """[(run, label, metrics or None)] for every run in ``RUNS``; None where it has not shipped yet."""
+    out = []
+    for run, label in RUNS:
+        path = Path(checkpoints) / run / "metrics.json"
+        out.append((run, label, read_metrics(path) if path.is_file() else None))
+    return out
+
+
+def book_rows(checkpoints=CHECKPOINTS):
+    """One row of strings per run for the book's results page (``BOOK_HEADER`` gives the columns)."""
+    rows = []
+    for run, label, m in shipped(checkpoints):
+        command = f"python -m vit_course train {run}"
+        if m is None:
+            rows.append([label, "not yet trained", "—", "—", "—", "—", command])
+            continue
+        rows.append([label, f"{100 * m['test_accuracy']:.2f} %", format_seconds(m["train_seconds"]),
+                     str(m.get("epochs", "—")), format_count(m["params"]) if "params" in m else "—",
+                     str(m.get("device", "—")), m.get("command") or command])
+    return rows
+
+
+def readme_table(checkpoints=CHECKPOINTS):
+    """The README's table (markdown lines) of the runs that have shipped, with the machine each ran on."""
+    lines = ["| " + " | ".join(README_HEADER) + " |", "|" + "---|" * len(README_HEADER)]
+    for run, label, m in shipped(checkpoints):
+        if m is None:
+            continue
+        machine = m.get("machine") or {}
+        where = ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"
+        cells = [label, f"`python -m vit_course train {run}`", f"{m['test_accuracy']:.2%}",
+                 f"{m['epochs']:.2f} of {m['planned_epochs']}", f"{m['train_seconds']:.0f} s", f"{m['params']:,}",
+                 f"{where}; {m.get('threads', '?')} threads, load {_number(m.get('cpu_load_before'))}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _number(value):
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "?"
+
+
+def readme_with_table(text, checkpoints=CHECKPOINTS):
+    """``text`` (the README) with the lines between ``BEGIN`` and ``END`` replaced by ``readme_table``."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"the README has no {BEGIN!r} ... {END!r} block for the results table")
+    head, rest = text.split(BEGIN, 1)
+    return head + BEGIN + "\n" + "\n".join(readme_table(checkpoints)) + "\n" + END + rest.split(END, 1)[1]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m vit_course results", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README's table is out of date")
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    args = parser.parse_args(argv)
+    text = args.readme.read_text()
+    new = readme_with_table(text)
+    if args.check:
+        if new != text:
+            print(f"{args.readme}: the results table is out of date: run `python -m vit_course results`",
+                  file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        write_text(args.readme, new)
+        print(f"wrote the results table of {args.readme}")
+    return 0
+
+
+__all__ = ["BOOK_HEADER", "RUNS", "book_rows", "format_count", "format_seconds", "read_metrics", "readme_table"]
