@@ -86,13 +86,14 @@ def load_shipped(name):
     return load(name)
 
 
-@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain"])
 def test_every_figure_draws_for_the_shipped_models(name):
     loaded = load_shipped(name)
     model = loaded[0] if isinstance(loaded, tuple) else loaded
     from vit_course.data import DATASETS
+    from vit_course.recipes import RECIPES
 
-    meta = DATASETS[name]
+    meta = DATASETS[RECIPES[name]["dataset"]]
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (4, *meta["shape"]), generator=g, dtype=torch.uint8)  # no dataset needed
     draw_every_figure(model.cpu().eval(), images, torch.arange(4), meta["classes"], meta["mean"], meta["std"])
@@ -119,6 +120,24 @@ def test_distance_figure_puts_layers_on_x_and_one_dot_per_head():
     dots = [c.get_offsets() for c in fig.axes[0].collections]  # one collection per head
     assert len(dots) == 3
     torch.testing.assert_close(torch.tensor(dots[1]), torch.tensor([[1.0, 5.0], [2.0, 6.0]]), check_dtype=False)
+    plt.close(fig)
+
+
+def test_deletion_figure_draws_each_ranking_in_percent():
+    fig = plots.plot_deletion([0.1, 0.5], {"rollout": [0.6, 0.2], "random": [0.7, 0.4]}, clean=0.75)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["rollout"].get_xdata()) == [10.0, 50.0] and list(lines["random"].get_ydata()) == [70.0, 40.0]
+    assert list(lines["nothing deleted"].get_ydata()) == [75.0, 75.0]
+    plt.close(fig)
+
+
+def test_data_scaling_figure_puts_training_images_on_x():
+    result = {"fractions": [0.1, 1.0], "steps": 100, "models": {"vit": {"params": 10, "test_accuracy": [0.3, 0.6]},
+                                                             "cnn": {"params": 20, "test_accuracy": [0.4, 0.5]}}}
+    fig = plots.plot_data_scaling(result)
+    lines = {line.get_label().split()[0]: line for line in fig.axes[0].get_lines()}
+    assert list(lines["vit"].get_xdata()) == [5000, 50000] and list(lines["cnn"].get_ydata()) == [40.0, 50.0]
+    assert "100 steps" in fig.axes[0].get_title()
     plt.close(fig)
 
 

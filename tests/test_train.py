@@ -225,3 +225,36 @@ def test_shipped_checkpoint_matches_its_metrics(name):
     stored = state["metrics"]["test_accuracy"]
     assert abs(acc - stored) <= 0.001, (acc, stored)  # the targets themselves live in benchmarks/targets.py
     assert state["history"]["test_acc"][-1] == stored
+
+
+def test_a_run_that_fills_its_budget_plans_its_steps_from_its_pace():
+    from vit_course.loop import Clock, Schedule
+
+    def position(step, elapsed, budget=100.0):
+        clock = Clock(budget)
+        clock.started -= elapsed  # as if `elapsed` seconds had passed
+        clock.eval_seconds = 0.0  # no final evaluation to set aside
+        return clock.position(step, None, test_batches=1)
+
+    assert position(50, 25.0) == (50, pytest.approx(200, abs=1))  # a quarter of the budget for 50 steps
+    assert position(100, 25.0) == (100, pytest.approx(400, abs=1))  # twice as fast: twice the steps planned
+    assert position(0, 0.0) == (0, math.inf)
+    assert Clock(None).position(7, 70, 1) == (7, 70)  # no budget: the planned steps
+    schedule = Schedule(None, steps_per_epoch=10, warmup_epochs=1, lr=1.0, min_lr=0.0)
+    assert schedule(0) == schedule(0, math.inf) == pytest.approx(0.1)  # the warmup needs no pace
+    assert schedule(*position(199, 99.5)) == pytest.approx(0.0, abs=1e-3)  # the budget's end: fully decayed
+    assert schedule(*position(105, 52.5)) == pytest.approx(0.5, abs=0.02)  # half way through the decay
+
+
+@needs_data
+def test_epochs_none_trains_until_the_budget_is_used(mnist):
+    torch.manual_seed(0)
+    model = ViT(**TINY)
+    loader = mnist_loader(mnist, n=128, batch_size=32)
+    history = fit(model, loader, mnist_loader(mnist, n=32, shuffle=False), epochs=None, lr=1e-3, weight_decay=0.0,
+                  warmup_epochs=0.5, label_smoothing=0.0, time_budget=3.0, progress=False)
+    assert history["epoch"][-1] > 2  # four steps an epoch: a 3 s budget holds many epochs, and all are used
+    assert history["seconds"][-1] == pytest.approx(3.0, abs=0.5)
+    assert history["lr"][-1] < 0.1 * 1e-3  # it ends decayed
+    with pytest.raises(ValueError, match="time_budget"):
+        fit(model, loader, loader, epochs=None, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0)

@@ -5,6 +5,7 @@ decay per step, label smoothing, an evaluation after every epoch, progress bars,
 atomic checkpoints after every epoch that a run can resume from (``--resume``).
 """
 
+import itertools
 import math
 import time
 from contextlib import nullcontext
@@ -63,12 +64,20 @@ class Clock:
         reserve = self.eval_seconds if self.eval_seconds is not None else 0.5 * self.step_seconds * test_batches
         return self.budget - reserve - self.elapsed()
 
-    def progress(self, step, total_steps, test_batches):
-        """The schedule's step: the steps done, or the share of the budget used if that is further along."""
+    def position(self, step, total_steps, test_batches):
+        """Where the schedule stands: -> (step, total steps) for ``warmup_cosine``.
+
+        Without a budget, the steps done out of the planned ones. With a budget and planned steps, the share of
+        the budget used if that is further along than the steps. With a budget and no planned steps (a run that
+        fills its budget), the steps done out of the steps the budget is on course to hold at the present pace,
+        so a faster machine plans more steps and every run ends its budget at the schedule's end.
+        """
         if self.budget is None:
-            return step
+            return step, total_steps
         used = self.elapsed() / max(self.elapsed() + self.left(test_batches), 1e-9)
-        return max(step, int(total_steps * used))
+        if total_steps is not None:
+            return max(step, int(total_steps * used)), total_steps
+        return step, (max(step + 1, round(step / used)) if used > 0 and step > 0 else math.inf)  # no pace yet: inf
 
 
 def _resume(path, model, optimizer, progress):
@@ -89,7 +98,7 @@ def _train_epoch(model, loader, optimizer, schedule, clock, step, *, label_smoot
     bar = tqdm(loader, desc=desc, leave=False, disable=not progress)
     for x, y in bar:
         tick = time.perf_counter()
-        lr = schedule(clock.progress(step, schedule.total_steps, test_batches))
+        lr = schedule(*clock.position(step, schedule.total_steps, test_batches))
         for group in optimizer.param_groups:
             group["lr"] = lr
         with autocast or nullcontext():
@@ -109,14 +118,20 @@ def _train_epoch(model, loader, optimizer, schedule, clock, step, *, label_smoot
 
 
 class Schedule:
-    """The per-step learning rate of a run: ``Schedule(...)(step)`` -> lr (warmup, then cosine)."""
+    """The per-step learning rate of a run: ``Schedule(...)(step)`` -> lr (warmup, then cosine).
+
+    epochs=None: the run fills a time budget, and the caller passes the total steps it expects at each call.
+    """
 
     def __init__(self, epochs, steps_per_epoch, warmup_epochs, lr, min_lr):
-        self.total_steps, self.warmup_steps = epochs * steps_per_epoch, round(warmup_epochs * steps_per_epoch)
-        self.lr, self.min_lr = lr, min_lr
+        self.total_steps = None if epochs is None else epochs * steps_per_epoch
+        self.warmup_steps, self.lr, self.min_lr = round(warmup_epochs * steps_per_epoch), lr, min_lr
 
-    def __call__(self, step):
-        return warmup_cosine(min(step, self.total_steps - 1), self.total_steps, self.warmup_steps, self.lr, self.min_lr)
+    def __call__(self, step, total_steps=None):
+        total = self.total_steps if total_steps is None else total_steps
+        if total is None or total == math.inf:  # the pace is not known yet: the warmup does not depend on it
+            return warmup_cosine(step, step + self.warmup_steps + 1, self.warmup_steps, self.lr, self.min_lr)
+        return warmup_cosine(min(step, total - 1), total, self.warmup_steps, self.lr, self.min_lr)
 
 
 def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_epochs, label_smoothing,
@@ -127,7 +142,8 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
     Args:
         train_loader, test_loader: iterables of (x (b, C, H, W), y (b,)) with a len(); a loader with
             ``set_epoch`` (``batches.DeviceLoader``) is told the epoch when resuming
-        epochs, lr, weight_decay, warmup_epochs (may be fractional), label_smoothing, min_lr: the recipe
+        epochs, lr, weight_decay, warmup_epochs (may be fractional), label_smoothing, min_lr: the recipe;
+            epochs=None (with a time_budget) trains until the budget is used, however many epochs that is
         device: None picks CUDA, then MPS, then the CPU; amp: see ``amp_settings``
         time_budget: seconds for the training and its final evaluation; when they run out, the epoch stops
             and the model is evaluated. The schedule then follows the clock too, so a budget-cut run still
@@ -145,6 +161,8 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
     autocast, scaler = amp_settings(amp, device)
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
     _check_not_empty(train_loader)
+    if epochs is None and time_budget is None:
+        raise ValueError("epochs=None trains until the time budget is used: give a time_budget, or a number of epochs")
     schedule = Schedule(epochs, len(train_loader), warmup_epochs, lr, min_lr)
     history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
     torch.manual_seed(seed)  # dropout and stochastic depth draw from the global generator
@@ -154,10 +172,10 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
         train_loader.set_epoch(start)
     clock = Clock(time_budget, spent)
     try:
-        for epoch in range(start, epochs):
+        for epoch in itertools.count(start) if epochs is None else range(start, epochs):
             losses, current_lr, step = _train_epoch(
                 model, train_loader, optimizer, schedule, clock, step, label_smoothing=label_smoothing,
-                autocast=autocast, scaler=scaler, desc=f"epoch {epoch + 1}/{epochs}", progress=progress,
+                autocast=autocast, scaler=scaler, desc=f"epoch {epoch + 1}/{epochs or '(budget)'}", progress=progress,
                 on_step=on_step, test_batches=len(test_loader))
             test_loss, test_acc = _evaluate_timed(model, test_loader, autocast, clock)
             done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch

@@ -1,0 +1,103 @@
+"""Drawing images (chapters 04 and 08): pixels from any of the course's image formats, heat-map overlays, and the
+patch grid of chapter 04.
+
+Images may be uint8 (b, C, H, W) as ``data.load`` gives them, floats in [0, 1], or normalised floats (shown
+rescaled to their own range).
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+from ..patches import patch_grid
+
+OVERLAY = dict(cmap="inferno", alpha=0.55, vmin=0.0, vmax=1.0)
+
+
+def to_pixels(images):
+    """uint8 or float images (b, C, H, W) or (C, H, W) -> float in [0, 1], same shape.
+
+    Floats already in [0, 1] stay as they are; other floats (normalised inputs) are rescaled per
+    image to their own range, which recovers the picture up to per-channel contrast.
+    """
+    images = torch.as_tensor(images).detach().cpu()
+    if images.dtype == torch.uint8:
+        return images.float() / 255
+    images = images.float()
+    if images.min() >= 0 and images.max() <= 1:
+        return images
+    flat = images.flatten(-3)  # (..., C*H*W)
+    lo, hi = flat.amin(-1)[..., None, None, None], flat.amax(-1)[..., None, None, None]
+    return (images - lo) / (hi - lo).clamp_min(1e-12)
+
+
+def show_image(ax, image, title=None):
+    """Draw one (C, H, W) image (grey for one channel) on ``ax`` without ticks."""
+    pixels = to_pixels(image)  # (C, H, W) in [0, 1]
+    if pixels.shape[0] == 1:
+        ax.imshow(pixels[0].numpy(), cmap="gray", vmin=0, vmax=1)
+    else:
+        ax.imshow(pixels.permute(1, 2, 0).numpy())  # (H, W, C)
+    ax.set_xticks([]), ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+
+
+def show_overlay(ax, image, heat, title=None):
+    """The image with a heat map (H, W) in [0, 1] drawn over it."""
+    show_image(ax, image, title)
+    ax.imshow(torch.as_tensor(heat).detach().cpu().numpy(), **OVERLAY)
+
+
+def plot_patch_grid(image, patch_size, per_row=16, title=None):
+    """Chapter 04: an image (C, H, W) with its P x P grid and numbered patches, and below it the patch
+    sequence (row by row from the top-left), wrapped every ``per_row`` patches."""
+    _, height, width = image.shape
+    gh, gw = patch_grid((height, width), patch_size)
+    n = gh * gw
+    pixels = to_pixels(image)  # (C, H, W)
+    rows = math.ceil(n / per_row)
+    fig = plt.figure(figsize=(9, 4.2), layout="constrained")
+    left, right = fig.subfigures(1, 2, width_ratios=[1, 1.6])
+    ax = left.subplots()
+    show_image(ax, pixels, title or f"P = {patch_size}: {gh} x {gw} = {n} patches")
+    for x in range(0, width + 1, patch_size):
+        ax.axvline(x - 0.5, color="white", lw=0.8)
+    for y in range(0, height + 1, patch_size):
+        ax.axhline(y - 0.5, color="white", lw=0.8)
+    if n <= 64:
+        for i in range(n):
+            r, c = divmod(i, gw)
+            ax.text(c * patch_size + 1, r * patch_size + 1, str(i), color="yellow", fontsize=6, va="top")
+    gap, channels = max(1, patch_size // 4), pixels.shape[0]
+    step = patch_size + gap
+    strip = torch.ones(channels, rows * step - gap, per_row * step - gap)  # white paper between patches
+    for i in range(n):
+        r, c = divmod(i, gw)
+        y, x = divmod(i, per_row)
+        strip[:, y * step:y * step + patch_size, x * step:x * step + patch_size] = \
+            pixels[:, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size]
+    ax = right.subplots()
+    show_image(ax, strip)
+    ax.set_yticks([y * step + (patch_size - 1) / 2 for y in range(rows)], [str(y * per_row) for y in range(rows)])
+    ax.tick_params(length=0, labelsize=7)
+    right.suptitle(f"the sequence: {n} tokens of {patch_size}x{patch_size}x{pixels.shape[0]} = "
+                   f"{patch_size * patch_size * pixels.shape[0]} values", fontsize=9)
+    return fig
+
+
+def plot_patch_sizes(image, patch_sizes):
+    """The static stand-in of the patch explorer: the same image cut with each patch size, with the
+    token count N and the attention matrix's (N + 1)^2 entries in the titles."""
+    fig, axes = plt.subplots(1, len(patch_sizes), figsize=(2.6 * len(patch_sizes), 3), squeeze=False,
+                             layout="constrained")
+    for ax, p in zip(axes[0], patch_sizes, strict=True):
+        gh, gw = patch_grid(image.shape[-2:], p)
+        n = gh * gw
+        show_image(ax, image, f"P = {p}: N = {n}\nattention {n + 1}x{n + 1} = {(n + 1) ** 2:,}")
+        for x in range(0, image.shape[-1] + 1, p):
+            ax.axvline(x - 0.5, color="white", lw=0.6)
+        for y in range(0, image.shape[-2] + 1, p):
+            ax.axhline(y - 0.5, color="white", lw=0.6)
+    return fig
