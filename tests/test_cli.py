@@ -36,6 +36,31 @@ def test_train_writes_model_metrics_and_curves(tmp_path, capsys):
     assert "test accuracy" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+def test_the_gpu_recipe_runs_on_the_cpu_too(tmp_path):
+    """The Colab recipe cannot be timed here, but it must run: one step of 256 images on the CPU (smoke)."""
+    out = tmp_path / "gpu"
+    assert main(["train", "cifar10-gpu", "--epochs", "1", "--subset", "256", "--out", str(out), "--device", "cpu",
+                 "--no-progress", "--threads", "2"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["recipe"] == "cifar10-gpu" and metrics["epochs"] == 1 and metrics["device"] == "cpu"
+    model, state = load_checkpoint(out / "model.pt")
+    assert state["config"] == full_config(RECIPES["cifar10-gpu"]["model"])
+    assert model.grid_size == (8, 8)  # the stem halves the 32 pixels, patches of 2 halve them again
+
+
+def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):
+    from vit_course.loop import amp_settings
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    autocast, scaler = amp_settings("auto", torch.device("cuda"))
+    assert autocast.fast_dtype == torch.bfloat16 and scaler is None  # bf16 needs no loss scaling
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    autocast, scaler = amp_settings("auto", torch.device("cuda"))
+    assert autocast.fast_dtype == torch.float16 and scaler is not None  # fp16 (a T4): a GradScaler
+    assert amp_settings("auto", torch.device("cpu")) == (None, None)
+
+
 def test_notebooks_is_dispatched_lazily(monkeypatch):
     seen = []
     fake = types.ModuleType("vit_course.notebooks")
