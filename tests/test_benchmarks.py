@@ -55,3 +55,24 @@ def test_a_model_at_a_higher_resolution_keeps_its_weights_and_resamples_position
     assert bigger.grid_size == (12, 12) and bigger.pos_embed.shape == (1, 145, 32)
     assert torch.equal(bigger.pos_embed[0, 0], model.pos_embed[0, 0])  # the class token's row is kept
     assert torch.equal(bigger.patch_embed.proj.weight, model.patch_embed.proj.weight)
+
+
+def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp_path):
+    from vit_course import results
+
+    def fake_run(name, seed, out):  # what run_once returns, without training
+        return {"seed": seed, "test_accuracy": [0.991, 0.995, 0.993][seed], "wall_seconds": 290.0 + seed,
+                "epochs": 4.5 + seed, "threads": 2, "thread_changes": [], "load_before": 0.1,
+                "machine": {"cpu": "Some CPU", "vector_isa": "avx512"}}
+
+    summary = benchmark("targets").main(["mnist", "--runs", "3", "--results", str(tmp_path)], run=fake_run)
+    stored = json.loads((tmp_path / "targets_mnist.json").read_text())
+    assert stored == json.loads(json.dumps(summary)) and [r["seed"] for r in stored["runs"]] == [0, 1, 2]
+    assert stored["mean_accuracy"] == pytest.approx(0.993) and stored["std_accuracy"] == pytest.approx(0.002)
+    assert stored["target"] == {"test_accuracy": 0.993, "wall_seconds": 300} and stored["max_wall_seconds"] == 292.0
+    (row,) = results.seed_rows(tmp_path)
+    assert row == ["mnist", "99.3% in 300 s", "3", "99.30% ± 0.20% (99.10% to 99.50%)", "292 s", "4.50 to 6.50",
+                   "Some CPU, avx512"]
+    table = "\n".join(results.seeds_table(tmp_path))
+    assert "| mnist | 99.3% in 300 s | 3 |" in table
+    assert "No seed runs" in results.seeds_table(tmp_path / "empty")[0]

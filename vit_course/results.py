@@ -1,5 +1,6 @@
-"""The shipped runs' results in one place (chapters 06-08): the README's table and the book's results page are both
-generated here from each run's ``vit_course/checkpoints/NAME/metrics.json``, so no number is typed twice.
+"""The shipped runs' results in one place (chapters 06-08): the README's tables and the book's results page are
+generated here from each run's ``vit_course/checkpoints/NAME/metrics.json`` and from the seed runs of
+``benchmarks/targets.py`` (``benchmarks/results/targets_NAME.json``), so no number is typed twice.
 
     python -m vit_course results            # rewrite the README's table from the metrics
     python -m vit_course results --check    # exit 1 if the README's table is out of date
@@ -19,6 +20,10 @@ RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10
 BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Reproduce with"]
 README_HEADER = ["run", "command", "test accuracy", "epochs done", "training time", "parameters", "machine"]
 BEGIN, END = "<!-- results: written by `python -m vit_course results` -->", "<!-- end of results -->"
+BENCHMARKS = ROOT / "benchmarks" / "results"  # benchmarks/targets.py writes targets_NAME.json there
+SEEDS_HEADER = ["recipe", "target", "seeds", "test accuracy, mean ± std (min to max)", "slowest run", "epochs",
+                "machine"]
+SEEDS_BEGIN, SEEDS_END = "<!-- seeds: written by `python -m vit_course results` -->", "<!-- end of seeds -->"
 
 
 def format_seconds(seconds):
@@ -93,16 +98,46 @@ def readme_table(checkpoints=CHECKPOINTS):
     return lines
 
 
+def seed_rows(results=BENCHMARKS):
+    """One row of strings per ``benchmarks/results/targets_NAME.json`` (the seeds of one recipe; ``SEEDS_HEADER``)."""
+    rows = []
+    for path in sorted(Path(results).glob("targets_*.json")):
+        r = json.loads(path.read_text())
+        runs, target = r["runs"], r["target"]
+        machine = runs[0].get("machine") or {}
+        epochs = sorted(run["epochs"] for run in runs)
+        rows.append([r["recipe"], f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
+                     f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
+                     f"{r['max_accuracy']:.2%})", f"{r['max_wall_seconds']:.0f} s",
+                     f"{epochs[0]:.2f} to {epochs[-1]:.2f}",
+                     ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"])
+    return rows
+
+
+def seeds_table(results=BENCHMARKS):
+    """The README's table of seed runs (markdown lines), or a line saying there are none yet."""
+    rows = seed_rows(results)
+    if not rows:
+        return ["No seed runs recorded yet: `python benchmarks/targets.py NAME --runs 3` records them."]
+    return ["| " + " | ".join(SEEDS_HEADER) + " |", "|" + "---|" * len(SEEDS_HEADER)] + [
+        "| " + " | ".join(row) + " |" for row in rows]
+
+
 def _number(value):
     return f"{value:.1f}" if isinstance(value, (int, float)) else "?"
 
 
-def readme_with_table(text, checkpoints=CHECKPOINTS):
-    """``text`` (the README) with the lines between ``BEGIN`` and ``END`` replaced by ``readme_table``."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"the README has no {BEGIN!r} ... {END!r} block for the results table")
-    head, rest = text.split(BEGIN, 1)
-    return head + BEGIN + "\n" + "\n".join(readme_table(checkpoints)) + "\n" + END + rest.split(END, 1)[1]
+def _replace_block(text, begin, end, lines):
+    if begin not in text or end not in text:
+        raise ValueError(f"the README has no {begin!r} ... {end!r} block for a generated table")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+
+
+def readme_with_table(text, checkpoints=CHECKPOINTS, results=BENCHMARKS):
+    """``text`` (the README) with its generated blocks rewritten: ``readme_table`` and ``seeds_table``."""
+    text = _replace_block(text, BEGIN, END, readme_table(checkpoints))
+    return _replace_block(text, SEEDS_BEGIN, SEEDS_END, seeds_table(results))
 
 
 def main(argv=None):
@@ -124,4 +159,5 @@ def main(argv=None):
     return 0
 
 
-__all__ = ["BOOK_HEADER", "RUNS", "book_rows", "format_count", "format_seconds", "read_metrics", "readme_table"]
+__all__ = ["BOOK_HEADER", "RUNS", "SEEDS_HEADER", "book_rows", "format_count", "format_seconds", "read_metrics",
+           "readme_table", "seed_rows", "seeds_table"]

@@ -15,7 +15,15 @@ from docutils.parsers.rst import directives
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from vit_course.results import BOOK_HEADER, RUNS, book_rows, format_seconds, read_metrics  # noqa: F401
+from vit_course.results import (  # noqa: F401
+    BOOK_HEADER,
+    RUNS,
+    SEEDS_HEADER,
+    book_rows,
+    format_seconds,
+    read_metrics,
+    seed_rows,
+)
 
 logger = logging.getLogger(__name__)
 HEADER = BOOK_HEADER
@@ -47,6 +55,14 @@ class ResultsTable(SphinxDirective):
             code += nodes.literal(text=row[-1])
             body.append([*row[:-1], code])
         out = [make_table(HEADER, body, widths=[12, 12, 12, 8, 10, 8, 38])]
+        benchmarks = (Path(self.env.srcdir) / "../benchmarks/results").resolve()
+        for path in sorted(benchmarks.glob("targets_*.json")):
+            self.env.note_dependency(str(path))
+        seeds = seed_rows(benchmarks)
+        if seeds:
+            caption = nodes.paragraph(text="Each time-budgeted recipe run with three seeds, one after another "
+                                           "(python benchmarks/targets.py NAME --runs 3):")
+            out += [caption, make_table(SEEDS_HEADER, seeds, widths=[8, 12, 6, 26, 10, 12, 26])]
         for run, label in RUNS:
             curves = checkpoints / run / "curves.png"
             if curves.is_file():
