@@ -324,3 +324,17 @@ def test_drift_comparison_ignores_docstrings_and_comments_only():
 '''
     assert _definition(same, "split_heads") == reference
     assert _definition(same.replace("h n d", "n h d"), "split_heads") != reference
+
+
+def test_executing_drops_side_widgets_and_keeps_a_widget_result(tmp_path):
+    """Progress bars (displayed widgets) would store state nobody can replay; an explorer that is the cell's
+    result keeps its output, as nbval compares it."""
+    from vit_course.kernel import WIDGET, run
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import ipywidgets\nfrom IPython.display import display\ndisplay(ipywidgets.IntSlider())\n"
+        "print('beside')\nipywidgets.Button(description='result')")])
+    (cell,) = run(nb, tmp_path).cells
+    kinds = [(o["output_type"], WIDGET in o.get("data", {})) for o in cell.outputs]
+    assert kinds == [("stream", False), ("execute_result", True)], kinds
+    assert "result" in cell.outputs[1]["data"]["text/plain"]

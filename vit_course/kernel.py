@@ -15,8 +15,10 @@ def run(nb, folder, timeout=TIMEOUT, kernel="python3", allow_errors=False):
 
     jupyter_client replaces the kernelspec's "python" by sys.executable, so the kernel is this interpreter, and
     PYTHONPATH makes it import this checkout's vit_course even if another copy is installed. An error in a cell
-    raises (nbclient's CellExecutionError) unless ``allow_errors``. Progress bars are live widgets whose state is
-    not kept: their outputs are dropped afterwards, and only the lines printed beside them stay.
+    raises (nbclient's CellExecutionError) unless ``allow_errors``. Progress bars are live widgets displayed on
+    the side, whose state is not kept: those displays are dropped afterwards, and only the lines printed beside
+    them stay. A widget that is a cell's result (an explorer) keeps its output, whose text stands in for it where
+    no widget can be drawn.
     """
     from nbclient import NotebookClient  # only needed here: keeps importing the package light
 
@@ -28,5 +30,6 @@ def run(nb, folder, timeout=TIMEOUT, kernel="python3", allow_errors=False):
     finally:
         for cell in nb.cells:
             if cell.cell_type == "code":
-                cell.outputs = [o for o in cell.get("outputs", []) if WIDGET not in o.get("data", {})]
+                cell.outputs = [o for o in cell.get("outputs", [])
+                                if not (o.get("output_type") == "display_data" and WIDGET in o.get("data", {}))]
     return nb

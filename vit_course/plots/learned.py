@@ -141,8 +141,8 @@ def plot_deletion(fractions, curves, clean=None, title="the deletion test"):
     """
     fig, ax = plt.subplots(figsize=(5.4, 3.4), layout="constrained")
     for name, accuracies in curves.items():
-        style = dict(color="gray", ls="--") if name == "random" else {}
-        ax.plot([100 * f for f in fractions], [100 * a for a in accuracies], "o-", label=name, **style)
+        style = dict(color="gray", ls="--") if name == "random" else dict(ls="-")
+        ax.plot([100 * f for f in fractions], [100 * a for a in accuracies], marker="o", label=name, **style)
     if clean is not None:
         ax.axhline(100 * clean, ls=":", color="black", lw=1, label="nothing deleted")
     ax.set(xlabel="patches deleted (%)", ylabel="test accuracy (%)", title=title, ylim=(0, 100))
