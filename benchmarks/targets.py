@@ -58,11 +58,11 @@ def main(argv=None, run=run_once):
     parser.add_argument("--out", default="runs/bench", help="where the runs write their models")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where targets_NAME.json goes")
     args = parser.parse_args(argv)
+    accuracy_target, seconds_target = TARGETS[args.name]
     runs = []
     for seed in range(args.runs):
         result = run(args.name, seed, Path(args.out) / f"{args.name}-seed{seed}")
         runs.append(result)
-        accuracy_target, seconds_target = TARGETS[args.name]
         ok = result["test_accuracy"] >= accuracy_target and result["wall_seconds"] <= seconds_target
         print(f"seed {seed}: {result['test_accuracy']:.2%} in {result['wall_seconds']:.0f} s wall, "
               f"{result['epochs']:.2f} epochs, {result['threads']} threads, load {result['load_before']:.1f} -> "
@@ -71,7 +71,7 @@ def main(argv=None, run=run_once):
     write_json(args.results / f"targets_{args.name}.json", result)
     print(f"{args.name}: accuracy mean {result['mean_accuracy']:.2%}, std {result['std_accuracy']:.2%} (min "
           f"{result['min_accuracy']:.2%}, max {result['max_accuracy']:.2%}); wall max {result['max_wall_seconds']:.0f}"
-          f" s (target {TARGETS[args.name][0]:.1%} in {TARGETS[args.name][1]} s)")
+          f" s (target {accuracy_target:.1%} in {seconds_target} s)")
     return result
 
 

@@ -129,8 +129,7 @@ class Schedule:
 
     def __call__(self, step, total_steps=None):
         total = self.total_steps if total_steps is None else total_steps
-        if total is None or total == math.inf:  # the pace is not known yet: the warmup does not depend on it
-            return warmup_cosine(step, step + self.warmup_steps + 1, self.warmup_steps, self.lr, self.min_lr)
+        total = math.inf if total is None else total  # pace not known yet: warmup, then the decay not yet begun
         return warmup_cosine(min(step, total - 1), total, self.warmup_steps, self.lr, self.min_lr)
 
 

@@ -60,7 +60,7 @@ class ResultsTable(SphinxDirective):
             self.env.note_dependency(str(path))
         seeds = seed_rows(benchmarks)
         if seeds:
-            caption = nodes.paragraph(text="Each time-budgeted recipe run with three seeds, one after another "
+            caption = nodes.paragraph(text="Each time-budgeted recipe run with several seeds, one after another "
                                            "(python benchmarks/targets.py NAME --runs 3):")
             out += [caption, make_table(SEEDS_HEADER, seeds, widths=[8, 12, 6, 26, 10, 12, 26])]
         for run, label in RUNS:
