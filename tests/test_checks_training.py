@@ -223,7 +223,7 @@ def test_rollout_accepts(impl, capsys):
 
 # --- mean_attention_distance ---------------------------------------------------------------------------------
 
-def distance(unit_pixels=True, renorm=False, drop_cls=True, manhattan=False, swap_patch=False, validate=True):
+def distance(unit_pixels=True, renorm=True, drop_cls=True, manhattan=False, swap_patch=False, validate=True):
     def mean_attention_distance(attention, grid_size, patch_size):
         gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
         if validate and (attention.ndim != 4 or attention.shape[-1] < gh * gw):
@@ -241,7 +241,8 @@ def distance(unit_pixels=True, renorm=False, drop_cls=True, manhattan=False, swa
 
 
 @pytest.mark.parametrize("impl, hint", [
-    (distance(unit_pixels=False), "in patches, not pixels"), (distance(renorm=True), "renormalised"),
+    (distance(unit_pixels=False), "in patches, not pixels"),
+    (distance(renorm=False), "divide each query's patch weights"),
     (distance(drop_cls=False), "raised"), (distance(manhattan=True), "city-block"),
 ])
 def test_distance_rejects(impl, hint):

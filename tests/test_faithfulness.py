@@ -11,7 +11,14 @@ from vit_course.embeddings import (
     spearman,
     top_variance_share,
 )
-from vit_course.faithfulness import class_token_rankings, delete_patches, deletion_accuracy, random_ranking
+from vit_course.faithfulness import (
+    attention_rankings,
+    delete_patches,
+    deletion_accuracy,
+    deletion_curves,
+    random_ranking,
+)
+from vit_course.interpret import attention_rollout, layer_attentions
 
 
 def spearman_by_hand(x, y):
@@ -88,14 +95,23 @@ def test_rankings_and_deletion_on_a_small_vit():
     torch.manual_seed(0)
     model = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=4, dim=32, depth=2, num_heads=2).eval()
     inputs, labels = torch.randn(10, 3, 16, 16), torch.randint(0, 4, (10,))
-    rankings = class_token_rankings(model, inputs, batch_size=4)
+    rankings = attention_rankings(model, inputs, batch_size=4)
     assert set(rankings) == {"rollout", "last layer"} and rankings["rollout"].shape == (10, 16)
     with torch.no_grad():
         predicted = model(inputs).argmax(-1)
     assert deletion_accuracy(model, inputs, predicted, rankings["rollout"], 0.0, 4) == 1.0
     accuracy = deletion_accuracy(model, inputs, labels, random_ranking(10, 16), 0.25, 4, batch_size=3)
     assert 0.0 <= accuracy <= 1.0
-    mean_pooled = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=4, dim=32, depth=1, num_heads=2,
-                      pool="mean", pos_embed="sincos")
-    with pytest.raises(ValueError, match="class token"):
-        class_token_rankings(mean_pooled, inputs)
+    curves = deletion_curves(model, inputs, predicted, {"random": random_ranking(10, 16)}, [0.0, 1.0], 4)
+    assert curves["random"][0] == 1.0 and len(curves["random"]) == 2
+
+
+def test_rankings_of_a_mean_pooled_model_read_the_mean_of_the_patch_rows():
+    torch.manual_seed(0)
+    model = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=4, dim=32, depth=2, num_heads=2,
+                pool="mean", pos_embed="sincos").eval()
+    inputs = torch.randn(3, 3, 16, 16)
+    weights = layer_attentions(model, inputs)
+    rankings = attention_rankings(model, inputs)
+    torch.testing.assert_close(rankings["last layer"], weights[-1].mean(1).mean(1))  # (3, 16)
+    torch.testing.assert_close(rankings["rollout"], attention_rollout(weights).mean(1))

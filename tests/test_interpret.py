@@ -109,8 +109,8 @@ def test_distance_of_uniform_attention_matches_the_analytic_value(prefix):
     gh, gw, patch = 2, 3, 4
     n = prefix + gh * gw
     uniform = torch.full((1, 2, n, n), 1.0 / n)
-    # with a class token the patch weights stay 1/7 each (no renormalisation)
-    expected = uniform_distance(gh, gw, patch, 1.0 / n)
+    # with a class token the patch weights 1/7 are renormalised to 1/6: the same distance as without one
+    expected = uniform_distance(gh, gw, patch, 1.0 / (gh * gw))
     torch.testing.assert_close(mean_attention_distance(uniform, (gh, gw), patch), torch.full((2,), expected))
 
 

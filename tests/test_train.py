@@ -12,6 +12,7 @@ from vit_course import checkpoint as ckpt
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS, load
 from vit_course.loop import amp_settings, fit
+from vit_course.recipes import full_config
 from vit_course.train import evaluate, param_groups, train_step, warmup_cosine
 
 TINY = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
@@ -214,13 +215,15 @@ def test_fit_refuses_a_loader_without_batches():
 
 
 @needs_data
-@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain"])
 def test_shipped_checkpoint_matches_its_metrics(name):
     from vit_course.batches import loaders
+    from vit_course.recipes import RECIPES
 
     model, state = ckpt.load_pretrained(name)
     assert ckpt.pretrained_path(name).stat().st_size < 4.5e6
-    _, test = loaders(name, 500, device="cpu", augment=False)
+    assert state["config"] == full_config(RECIPES[name]["model"])  # what the recipe trains
+    _, test = loaders(RECIPES[name]["dataset"], 500, device="cpu", augment=False)
     _, acc = evaluate(model, test)
     stored = state["metrics"]["test_accuracy"]
     assert abs(acc - stored) <= 0.001, (acc, stored)  # the targets themselves live in benchmarks/targets.py
@@ -258,3 +261,8 @@ def test_epochs_none_trains_until_the_budget_is_used(mnist):
     assert history["lr"][-1] < 0.1 * 1e-3  # it ends decayed
     with pytest.raises(ValueError, match="time_budget"):
         fit(model, loader, loader, epochs=None, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0)
+
+
+def test_an_unknown_pretrained_name_lists_the_shipped_ones():
+    with pytest.raises(ValueError, match=r"'imagenet'.*mnist, cifar10, cifar10-plain"):
+        ckpt.load_pretrained("imagenet")

@@ -11,7 +11,7 @@ Shapes: b images, C channels, H x W pixels, P x P patches on a gh x gw grid, N =
 import torch
 from einops import rearrange
 
-from .interpret import attention_rollout, layer_attentions, num_prefix
+from .interpret import attention_rollout, layer_attentions, num_prefix, pooled_row
 from .patches import patch_grid
 from .train import eval_mode
 
@@ -39,11 +39,12 @@ def delete_patches(images, ranking, fraction, patch_size):
     return images * mask.repeat_interleave(patch_size, -1)  # (b, C, H, W)
 
 
-def class_token_rankings(model, inputs, batch_size=256):
-    """Two rankings of the patches per image, from the class token's point of view: -> dict of (b, N).
+def attention_rankings(model, inputs, batch_size=256):
+    """Two rankings of the patches per image, from the head's point of view: -> dict of (b, N).
 
-    "rollout": its row of the attention rollout through every layer; "last layer": its attention in the last
-    layer, averaged over the heads. The model must have a class token.
+    "rollout": the row of the attention rollout through every layer that the head reads; "last layer": that row
+    of the last layer's attention, averaged over the heads. The row is the class token's, or for a mean-pooled
+    model the mean of the patch tokens' rows (``pooled_row``).
     """
     rankings = {"rollout": [], "last layer": []}
     device = next(model.parameters()).device
@@ -51,10 +52,8 @@ def class_token_rankings(model, inputs, batch_size=256):
         for start in range(0, len(inputs), batch_size):
             weights = layer_attentions(model, inputs[start:start + batch_size].to(device))  # L x (b, h, n, n)
             k = num_prefix(weights[0].shape[-1], model.grid_size)
-            if k < 1:
-                raise ValueError("class_token_rankings needs a model with a class token (pool='cls')")
-            rankings["rollout"].append(attention_rollout(weights)[:, 0, k:].cpu())  # (b, N)
-            rankings["last layer"].append(weights[-1].float().mean(1)[:, 0, k:].cpu())  # (b, N)
+            rankings["rollout"].append(pooled_row(attention_rollout(weights), k).cpu())  # (b, N)
+            rankings["last layer"].append(pooled_row(weights[-1].float().mean(1), k).cpu())  # (b, N)
     return {name: torch.cat(parts) for name, parts in rankings.items()}
 
 
@@ -75,4 +74,13 @@ def random_ranking(batch, patches, generator=None):
     return torch.rand(batch, patches, generator=generator)
 
 
-__all__ = ["class_token_rankings", "delete_patches", "deletion_accuracy", "random_ranking"]
+def deletion_curves(model, inputs, labels, rankings, fractions, patch_size, batch_size=256):
+    """``deletion_accuracy`` of every ranking at every fraction: -> {name: [accuracy per fraction]}.
+
+    rankings: {name: (b, N)}, e.g. ``attention_rankings(model, inputs)`` plus ``{"random": random_ranking(b, N)}``.
+    """
+    return {name: [deletion_accuracy(model, inputs, labels, ranking, f, patch_size, batch_size) for f in fractions]
+            for name, ranking in rankings.items()}
+
+
+__all__ = ["attention_rankings", "delete_patches", "deletion_accuracy", "deletion_curves", "random_ranking"]

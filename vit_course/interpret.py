@@ -54,9 +54,9 @@ def attention_rollout(attentions):
     return rollout
 
 
-def _patch_rows(weights, num_prefix):
-    """(..., n, n) -> (..., N): the class token's row over the patch tokens; without a class token
-    (a mean-pooled model) the mean of the patch tokens' rows, which is what the head reads."""
+def pooled_row(weights, num_prefix):
+    """(..., n, n) -> (..., N): the row the classifier head reads, over the patch tokens: the class token's row,
+    or without a class token (a mean-pooled model) the mean of the patch tokens' rows."""
     if num_prefix > 0:
         return weights[..., 0, num_prefix:]  # (..., N)
     return weights.mean(dim=-2)  # (..., N)
@@ -93,7 +93,7 @@ def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bi
     """
     rollout = attention_rollout(attentions)  # (b, n, n)
     k = num_prefix(rollout.shape[-1], grid_size)
-    return _to_grid(_patch_rows(rollout, k), grid_size, image_size, normalize, mode)
+    return _to_grid(pooled_row(rollout, k), grid_size, image_size, normalize, mode)
 
 
 def attention_map(attention, grid_size, image_size=None, normalize=True, mode="bilinear"):
@@ -107,7 +107,7 @@ def attention_map(attention, grid_size, image_size=None, normalize=True, mode="b
     """
     check_attention(attention)
     k = num_prefix(attention.shape[-1], grid_size)
-    return _to_grid(_patch_rows(attention.float(), k), grid_size, image_size, normalize, mode)
+    return _to_grid(pooled_row(attention.float(), k), grid_size, image_size, normalize, mode)
 
 
 def patch_centres(grid_size, patch_size):
@@ -123,8 +123,9 @@ def mean_attention_distance(attention, grid_size, patch_size):
 
     For each query patch, the attention-weighted mean of the distances between its centre and
     every key patch's centre; averaged over the queries and the batch. Prefix (class) tokens are
-    left out on both axes and the remaining weights used as they are (not renormalised), so a
-    head that attends to the class token has a shorter distance.
+    left out on both axes and each query's weights on the patches renormalised to sum to 1, so the
+    distance says where a head looks *among the patches*, however much it also gives the class token,
+    and uniform attention over the patches gives ``uniform_attention_distance`` with or without one.
 
     Args:
         attention: weights (b, h, n, n), n = gh * gw or k + gh * gw
@@ -136,6 +137,7 @@ def mean_attention_distance(attention, grid_size, patch_size):
     check_attention(attention)
     k = num_prefix(attention.shape[-1], grid_size)
     a = attention[:, :, k:, k:].float()  # (b, h, N, N): patches only
+    a = a / a.sum(dim=-1, keepdim=True).clamp_min(1e-12)  # (b, h, N, N): each query's patch weights sum to 1
     centres = patch_centres(grid_size, patch_size).to(a.device)  # (N, 2)
     distance = torch.cdist(centres, centres)  # (N, N) pixels between patch centres
     per_query = (a * distance).sum(dim=-1)  # (b, h, N): expected distance of each query's gaze

@@ -65,7 +65,7 @@ def _rollout_errors(c, fn, g):
     c.raises(fn, [_attention(g, 2, 3, 4), _attention(g, 2, 3, 5)], why="layers with 4 and 5 tokens", hint=hint)
 
 
-def _distance(attention, grid, patch, prefix, renorm=False, pixels=True, swap=False, metric="euclid"):
+def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=False, metric="euclid"):
     gh, gw = grid
     ph, pw = to_pair(patch) if pixels else (1, 1)
     ph, pw = (pw, ph) if swap == "patch" else (ph, pw)
@@ -82,7 +82,8 @@ def _distance(attention, grid, patch, prefix, renorm=False, pixels=True, swap=Fa
 
 DISTANCE_HINTS = (
     ("the distance is in patches, not pixels: multiply the patch-centre coordinates by patch_size", dict(pixels=False)),
-    ("the rows are renormalised after dropping the class token: use the weights as they are", dict(renorm=True)),
+    ("the weights on the patches are used as they are: once the class token's column is dropped a row no longer "
+     "sums to 1, so divide each query's patch weights by their sum", dict(renorm=False)),
     ("rows and columns of the grid are swapped: patch i sits at row i // gw, column i % gw", dict(swap=True)),
     ("this is the city-block distance: use the straight-line (Euclidean) distance", dict(metric="manhattan")),
     ("the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
