@@ -27,6 +27,7 @@ from vit_course import DATASETS, ViT, evaluate, fit, load  # noqa: E402
 from vit_course.baselines import small_cnn  # noqa: E402
 from vit_course.batches import DeviceLoader, cifar_augment  # noqa: E402
 from vit_course.device import machine  # noqa: E402
+from vit_course.files import write_json  # noqa: E402
 from vit_course.recipes import RECIPES  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "data_scaling.json"
@@ -87,8 +88,7 @@ def main(argv=None):
         result["models"][name] = {"params": sum(p.numel() for p in make().parameters()),
                                   "test_accuracy": [round(statistics.mean(a), 4) for a in by_fraction],
                                   "per_seed": per_seed[name]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     print(f"wrote {args.out}")
 
 

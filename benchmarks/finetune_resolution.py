@@ -26,6 +26,7 @@ from vit_course import DATASETS, ViT, evaluate, fit, load, load_checkpoint  # no
 from vit_course.batches import DeviceLoader, cifar_augment  # noqa: E402
 from vit_course.checkpoint import pretrained_path  # noqa: E402
 from vit_course.device import machine  # noqa: E402
+from vit_course.files import write_json  # noqa: E402
 from vit_course.patches import resample_position_embeddings  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "finetune_resolution.json"
@@ -85,8 +86,7 @@ def main(argv=None):
     result = {"base_resolution": base, "resolution": args.resolution,
               "accuracy": {k: round(v, 4) for k, v in accuracy.items()}, "finetune_seconds": round(seconds, 1),
               "test_images": len(test_labels), "machine": machine()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result["accuracy"]), f"wrote {args.out}")
 
 

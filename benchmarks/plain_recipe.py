@@ -23,6 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 RESULTS = HERE / "results"
+from vit_course.files import write_json  # noqa: E402
+
 CANDIDATES = {  # name -> changes to the recipe's model (--set model.KEY=VALUE for the short runs)
     "recipe": {},
     "width-192": {"dim": 192, "num_heads": 3},
@@ -97,13 +99,13 @@ def main(argv=None):
     RESULTS.mkdir(exist_ok=True)
     if args.speed:
         result = speed(threads=args.threads)
-        (RESULTS / "plain_speed.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_json(RESULTS / "plain_speed.json", result)
         print(json.dumps(result["median_epoch_seconds"], indent=1))
     if args.runs:
         path = RESULTS / "plain_recipe.json"
         done = json.loads(path.read_text()) if path.is_file() else []
         done += runs(args.only or list(CANDIDATES), args.budget, args.seed, args.threads)
-        path.write_text(json.dumps(done, indent=1) + "\n")
+        write_json(path, done)
 
 
 if __name__ == "__main__":
