@@ -73,3 +73,23 @@ def test_jupyterlab_runs_and_displays_this_ipywidgets():
     lab = Path(sys.executable).parent / "jupyter-lab"
     run = subprocess.run([str(lab), "--version"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.startswith("4."), run.stdout + run.stderr
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """pyproject lists its packages (to map benchmarks/results in): a new subpackage must be added there too."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "vit_course").rglob("__init__.py")}
+    assert folders | {"vit_course.benchmark_results"} == listed
+
+
+def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tmp_path):
+    """What pip installs on Colab: the shipped models and benchmarks/results/*.json (as vit_course/benchmark_results)."""
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    names = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())
+    for path in (ROOT / "benchmarks" / "results").glob("*.json"):
+        assert f"vit_course/benchmark_results/{path.name}" in names
+    for run in ("mnist", "cifar10"):
+        assert f"vit_course/checkpoints/{run}/model.pt" in names

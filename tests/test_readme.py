@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from vit_course.results import epochs_cell
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,9 +18,14 @@ def test_results_table_matches_shipped_metrics(name):
                if f"`python -m vit_course train {name}`" in line and line.startswith("|"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == f"{metrics['test_accuracy']:.2%}"
-    assert cells[3] == f"{metrics['epochs']:.2f} of {metrics['planned_epochs']}"
+    assert cells[3] == epochs_cell(metrics)
     assert cells[4] == f"{metrics['train_seconds']:.0f} s"
     assert cells[5] == f"{metrics['params']:,}"
+
+
+def test_epochs_cell_says_whether_the_epochs_were_planned_or_filled_the_budget():
+    assert epochs_cell({"epochs": 3.0, "planned_epochs": 3}) == "3.00 of 3"
+    assert epochs_cell({"epochs": 7.456, "planned_epochs": None}) == "7.46 (as many as the budget held)"
 
 
 def test_readme_quick_start_is_make_book_and_make_test():

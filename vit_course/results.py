@@ -92,10 +92,16 @@ def readme_table(checkpoints=CHECKPOINTS):
         machine = m.get("machine") or {}
         where = ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"
         cells = [label, f"`python -m vit_course train {run}`", f"{m['test_accuracy']:.2%}",
-                 f"{m['epochs']:.2f} of {m['planned_epochs']}", f"{m['train_seconds']:.0f} s", f"{m['params']:,}",
+                 epochs_cell(m), f"{m['train_seconds']:.0f} s", f"{m['params']:,}",
                  f"{where}; {m.get('threads', '?')} threads, load {_number(m.get('cpu_load_before'))}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def epochs_cell(metrics):
+    """'12.34 of 64' for a run with a planned number of epochs; '12.34 (as many as the budget held)' otherwise."""
+    planned = metrics.get("planned_epochs")
+    return f"{metrics['epochs']:.2f} " + (f"of {planned}" if planned else "(as many as the budget held)")
 
 
 def seed_rows(results=BENCHMARKS):
@@ -121,6 +127,19 @@ def seeds_table(results=BENCHMARKS):
         return ["No seed runs recorded yet: `python benchmarks/targets.py NAME --runs 3` records them."]
     return ["| " + " | ".join(SEEDS_HEADER) + " |", "|" + "---|" * len(SEEDS_HEADER)] + [
         "| " + " | ".join(row) + " |" for row in rows]
+
+
+def measurement(name):
+    """The stored result of ``benchmarks/NAME.py``, ``benchmarks/results/NAME.json`` (chapters 07 and 09 read theirs).
+
+    Read from the repository when there is one, else from the copy installed with the package (pip puts
+    benchmarks/results into vit_course/benchmark_results). -> the parsed JSON.
+    """
+    for folder in (BENCHMARKS, Path(__file__).resolve().parent / "benchmark_results"):
+        if (folder / f"{name}.json").is_file():
+            return json.loads((folder / f"{name}.json").read_text())
+    raise FileNotFoundError(f"no {name}.json in {BENCHMARKS} or in the installed package: "
+                            f"`python benchmarks/{name}.py` writes it")
 
 
 def _number(value):
@@ -159,5 +178,5 @@ def main(argv=None):
     return 0
 
 
-__all__ = ["BOOK_HEADER", "RUNS", "SEEDS_HEADER", "book_rows", "format_count", "format_seconds", "read_metrics",
-           "readme_table", "seed_rows", "seeds_table"]
+__all__ = ["BOOK_HEADER", "RUNS", "SEEDS_HEADER", "book_rows", "epochs_cell", "format_count", "format_seconds",
+           "measurement", "read_metrics", "readme_table", "seed_rows", "seeds_table"]
