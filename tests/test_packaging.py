@@ -83,7 +83,7 @@ def test_every_package_folder_is_listed_in_pyproject():
 
 
 def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tmp_path):
-    """What pip installs on Colab: the shipped models and benchmarks/results/*.json (as vit_course/benchmark_results)."""
+    """What pip installs on Colab: the shipped models, and benchmarks/results/*.json as vit_course/benchmark_results."""
     import zipfile
 
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
