@@ -76,3 +76,20 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
     table = "\n".join(results.seeds_table(tmp_path))
     assert "| mnist | 99.3% in 300 s | 3 |" in table
     assert "No seed runs" in results.seeds_table(tmp_path / "empty")[0]
+
+
+@pytest.mark.parametrize("name", ["data_scaling", "finetune_resolution"])
+def test_the_chapters_read_the_committed_result_of_each_paper_experiment(name):
+    """Chapters 07 and 09 read these files through results.measurement: they exist and come from the script."""
+    from vit_course.results import measurement
+
+    result = measurement(name)
+    assert result == json.loads((BENCHMARKS / "results" / f"{name}.json").read_text())
+    assert result["machine"]["cores"] >= 1  # written by the script, which records where it ran
+
+
+def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():
+    from vit_course.results import measurement
+
+    with pytest.raises(FileNotFoundError, match=r"python benchmarks/no_such\.py"):
+        measurement("no_such")

@@ -76,10 +76,12 @@ def test_jupyterlab_runs_and_displays_this_ipywidgets():
 
 
 def test_every_package_folder_is_listed_in_pyproject():
-    """pyproject lists its packages (to map benchmarks/results in): a new subpackage must be added there too."""
+    """pyproject lists its packages (to map benchmarks/results in): a new subpackage or checkpoint folder must be
+    listed there too, or pip leaves it out."""
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "vit_course").rglob("__init__.py")}
-    assert folders | {"vit_course.benchmark_results"} == listed
+    folders = {".".join(d.relative_to(ROOT).parts) for d in [ROOT / "vit_course", *(ROOT / "vit_course").rglob("*")]
+               if d.is_dir() and "__pycache__" not in d.parts}
+    assert folders | {"vit_course.benchmark_results"} == listed, "list new code or checkpoint folders in pyproject"
 
 
 def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tmp_path):
