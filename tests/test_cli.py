@@ -83,6 +83,17 @@ def test_recipes_are_complete():
         assert {"dataset", "model", "train", "time_budget", "reserve"} <= set(recipe), name
         assert {"epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "label_smoothing"} <= set(
             recipe["train"]), name
+        assert recipe["train"]["epochs"] or recipe["time_budget"], f"{name}: no epochs and no budget never ends"
+
+
+def test_the_budget_recipes_fill_their_budget_and_refuse_to_run_without_one():
+    """mnist and cifar10 have no epoch cap (a faster machine trains longer); without a budget they need --epochs."""
+    from vit_course import recipes
+
+    for name in ("mnist", "cifar10"):
+        assert RECIPES[name]["train"]["epochs"] is None and RECIPES[name]["time_budget"] > 0
+        with pytest.raises(ValueError, match=r"--time-budget 0\) give the epochs"):
+            recipes.train_recipe(name, time_budget=0, device="cpu", progress=False)
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
