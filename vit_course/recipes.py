@@ -99,11 +99,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
     batch_size = settings.pop("batch_size")
     run_info = {"recipe": name, "settings": {**settings, "batch_size": batch_size, "augment": recipe.get("augment"),
                                              "seed": seed}}
-    budget = recipe["time_budget"] if time_budget is None else time_budget
-    budget = None if budget in (0, float("inf")) else budget
-    if budget is None and settings["epochs"] is None:
-        raise ValueError(f"recipe {name!r} trains until its time budget is used: without a budget "
-                         f"(--time-budget 0) give the epochs (--epochs N)")
+    budget = _budget(name, time_budget, settings["epochs"])
     if resume:
         check_resumable(out / "checkpoint.pt", recipe["model"], run_info)
     device, load_before = pick_device(device), _load_average()
@@ -142,6 +138,16 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
     metrics["wall_seconds"] = round(time.perf_counter() - started, 1)
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _budget(name, time_budget, epochs):
+    """The run's budget in seconds (None: none); a recipe without epochs must have one to end."""
+    budget = RECIPES[name]["time_budget"] if time_budget is None else time_budget
+    budget = None if budget in (0, float("inf")) else budget
+    if budget is None and epochs is None:
+        raise ValueError(f"recipe {name!r} trains until its time budget is used: without a budget "
+                         f"(--time-budget 0) give the epochs (--epochs N)")
+    return budget
 
 
 def _positive(epochs):
