@@ -89,8 +89,7 @@ def readme_table(checkpoints=CHECKPOINTS):
     for run, label, m in shipped(checkpoints):
         if m is None:
             continue
-        machine = m.get("machine") or {}
-        where = ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"
+        where = _where(m.get("machine"))
         cells = [label, f"`python -m vit_course train {run}`", f"{m['test_accuracy']:.2%}",
                  epochs_cell(m), f"{m['train_seconds']:.0f} s", f"{m['params']:,}",
                  f"{where}; {m.get('threads', '?')} threads, load {_number(m.get('cpu_load_before'))}"]
@@ -110,13 +109,12 @@ def seed_rows(results=BENCHMARKS):
     for path in sorted(Path(results).glob("targets_*.json")):
         r = json.loads(path.read_text())
         runs, target = r["runs"], r["target"]
-        machine = runs[0].get("machine") or {}
         epochs = sorted(run["epochs"] for run in runs)
         rows.append([r["recipe"], f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
                      f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
                      f"{r['max_accuracy']:.2%})", f"{r['max_wall_seconds']:.0f} s",
                      f"{epochs[0]:.2f} to {epochs[-1]:.2f}",
-                     ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"])
+                     _where(runs[0].get("machine"))])
     return rows
 
 
@@ -140,6 +138,12 @@ def measurement(name):
             return json.loads((folder / f"{name}.json").read_text())
     raise FileNotFoundError(f"no {name}.json in {BENCHMARKS} or in the installed package: "
                             f"`python benchmarks/{name}.py` writes it")
+
+
+def _where(machine):
+    """A run's recorded machine as 'AMD EPYC, AVX512', or 'not recorded'."""
+    machine = machine or {}
+    return ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"
 
 
 def _number(value):

@@ -16,6 +16,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from vit_course.results import (  # noqa: F401
+    BENCHMARKS,
     BOOK_HEADER,
     RUNS,
     SEEDS_HEADER,
@@ -55,10 +56,9 @@ class ResultsTable(SphinxDirective):
             code += nodes.literal(text=row[-1])
             body.append([*row[:-1], code])
         out = [make_table(HEADER, body, widths=[12, 12, 12, 8, 10, 8, 38])]
-        benchmarks = (Path(self.env.srcdir) / "../benchmarks/results").resolve()
-        for path in sorted(benchmarks.glob("targets_*.json")):
+        for path in sorted(BENCHMARKS.glob("targets_*.json")):
             self.env.note_dependency(str(path))
-        seeds = seed_rows(benchmarks)
+        seeds = seed_rows()
         if seeds:
             caption = nodes.paragraph(text="Each time-budgeted recipe run with several seeds, one after another "
                                            "(python benchmarks/targets.py NAME --runs 3):")
