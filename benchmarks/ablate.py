@@ -2,11 +2,14 @@
 
 Each --set is SECTION.KEY=VALUE, SECTION one of model, train, augment (VALUE is read as a Python literal).
 Runs one ``train_recipe`` in this process and prints the settings changed, accuracy, epochs and wall seconds.
-Compare candidates one after another on an otherwise idle machine, at the same budget.
+Compare candidates one after another on an otherwise idle machine, at the same budget. With --record the run
+is appended to benchmarks/results/ablate_NAME.json (with the machine and its load), so a comparison that chose a
+recipe setting is committed beside the recipe.
 
     python benchmarks/ablate.py cifar10 --budget 330 --set augment.padding=4
     python benchmarks/ablate.py cifar10 --budget 330 --set augment.padding=0
     python benchmarks/ablate.py mnist --budget 140 --set model.depth=4 --set model.dim=64
+    python benchmarks/ablate.py cifar10 --budget 1775 --set 'train.amp="bf16"' --record
 """
 
 import argparse
@@ -20,6 +23,9 @@ from pathlib import Path
 started = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vit_course import recipes  # noqa: E402
+from vit_course.files import write_json  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv=None):
@@ -30,6 +36,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="default: runs/ablate/NAME")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the free cores)")
+    parser.add_argument("--record", action="store_true", help="append the run to RESULTS/ablate_NAME.json")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where --record writes")
     args = parser.parse_args(argv)
     recipe = copy.deepcopy(recipes.RECIPES[args.name])
     changes = {}
@@ -45,13 +53,21 @@ def main(argv=None):
         recipe.setdefault(section, {})
         recipe[section] = {**(recipe[section] or {}), field: tuple(value) if isinstance(value, list) else value}
         changes[key] = value
-    recipes.RECIPES[args.name] = recipe  # this process only
-    out = args.out or f"runs/ablate/{args.name}"
-    metrics = recipes.train_recipe(args.name, out=out, seed=args.seed, time_budget=args.budget, started=started,
-                                   progress=False, threads=args.threads)
-    print(json.dumps({"recipe": args.name, "set": changes, "test_accuracy": metrics["test_accuracy"],
-                      "epochs": metrics["epochs"], "wall_seconds": metrics["wall_seconds"],
-                      "threads": metrics["threads"], "cpu_load_before": metrics["cpu_load_before"]}))
+    original, recipes.RECIPES[args.name] = recipes.RECIPES[args.name], recipe  # for this run only
+    try:
+        metrics = recipes.train_recipe(args.name, out=args.out or f"runs/ablate/{args.name}", seed=args.seed,
+                                       time_budget=args.budget, started=started, progress=False, threads=args.threads)
+    finally:
+        recipes.RECIPES[args.name] = original
+    run = {"recipe": args.name, "set": changes, "seed": args.seed, "budget": args.budget,
+           **{key: metrics[key] for key in ("test_accuracy", "epochs", "wall_seconds", "threads", "thread_changes",
+                                            "cpu_load_before", "cpu_load_after", "machine")}}
+    print(json.dumps(run))
+    if args.record:
+        path = args.results / f"ablate_{args.name}.json"
+        runs = json.loads(path.read_text())["runs"] if path.exists() else []
+        write_json(path, {"recipe": args.name, "runs": runs + [run]})
+    return run
 
 
 if __name__ == "__main__":

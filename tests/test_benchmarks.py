@@ -93,3 +93,27 @@ def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():
 
     with pytest.raises(FileNotFoundError, match=r"python benchmarks/no_such\.py"):
         measurement("no_such")
+
+
+def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe_alone(tmp_path, monkeypatch):
+    from vit_course import recipes
+
+    seen = []
+
+    def fake_train(name, **kwargs):  # what train_recipe returns, without training; records the recipe it ran
+        seen.append(recipes.RECIPES[name])
+        return {"test_accuracy": 0.8 + len(seen) / 100, "epochs": 15.5, "wall_seconds": 1770.0, "threads": 2,
+                "thread_changes": [], "cpu_load_before": 0.1, "cpu_load_after": 2.0, "machine": {"cpu": "Some CPU"}}
+
+    monkeypatch.setattr(recipes, "train_recipe", fake_train)
+    before = recipes.RECIPES["cifar10"]
+    ablate = benchmark("ablate")
+    ablate.main(["cifar10", "--budget", "1775", "--record", "--results", str(tmp_path)])
+    ablate.main(["cifar10", "--budget", "1775", "--set", 'train.amp="bf16"', "--set", "augment.padding=4",
+                 "--record", "--results", str(tmp_path)])
+    assert recipes.RECIPES["cifar10"] is before  # the change lived for the run only
+    assert seen[1]["train"]["amp"] == "bf16" and seen[1]["augment"]["padding"] == 4 and "amp" not in before["train"]
+    stored = json.loads((tmp_path / "ablate_cifar10.json").read_text())
+    assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "bf16", "augment.padding": 4}]
+    assert [run["test_accuracy"] for run in stored["runs"]] == pytest.approx([0.81, 0.82])
+    assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"] == {"cpu": "Some CPU"}
