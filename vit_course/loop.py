@@ -95,7 +95,9 @@ def _train_epoch(model, loader, optimizer, schedule, clock, step, *, label_smoot
                  progress, on_step, test_batches):
     """One pass over ``loader`` (cut short when the budget runs out): -> (losses, last lr, step)."""
     losses, lr = [], schedule(step)
-    bar = tqdm(loader, desc=desc, leave=False, disable=not progress)
+    # at most one bar update a second: in a notebook each update is a widget message, and a flood of them
+    # overflows the kernel's output queue, which drops messages (nbval then waits for one that never comes)
+    bar = tqdm(loader, desc=desc, leave=False, disable=not progress, mininterval=1.0)
     for x, y in bar:
         tick = time.perf_counter()
         lr = schedule(*clock.position(step, schedule.total_steps, test_batches))
@@ -111,7 +113,7 @@ def _train_epoch(model, loader, optimizer, schedule, clock, step, *, label_smoot
         if on_step is not None:
             on_step()
         if len(losses) % 10 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.3f}", lr=f"{lr:.1e}")
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.3f}", lr=f"{lr:.1e}", refresh=False)  # shown at next update
         if clock.left(test_batches) <= 0:
             break
     return losses, lr, step
