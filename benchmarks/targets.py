@@ -36,8 +36,9 @@ def run_once(name, seed, out):
     wall = time.perf_counter() - started
     metrics = json.loads((Path(out) / "metrics.json").read_text())
     return {"seed": seed, "test_accuracy": metrics["test_accuracy"], "wall_seconds": round(wall, 1),
-            "epochs": metrics["epochs"], "threads": metrics.get("threads"),
-            "thread_changes": metrics.get("thread_changes", []), "load_before": round(load, 2),
+            "epochs": metrics["epochs"], "precision": metrics.get("precision", "fp32"),
+            "threads": metrics.get("threads"), "thread_changes": metrics.get("thread_changes", []),
+            "load_before": round(load, 2),
             "machine": metrics.get("machine")}
 
 

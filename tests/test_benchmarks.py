@@ -109,11 +109,12 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
     before = recipes.RECIPES["cifar10"]
     ablate = benchmark("ablate")
     ablate.main(["cifar10", "--budget", "1775", "--record", "--results", str(tmp_path)])
-    ablate.main(["cifar10", "--budget", "1775", "--set", 'train.amp="bf16"', "--set", "augment.padding=4",
+    ablate.main(["cifar10", "--budget", "1775", "--set", 'train.amp="off"', "--set", "augment.padding=4",
                  "--record", "--results", str(tmp_path)])
     assert recipes.RECIPES["cifar10"] is before  # the change lived for the run only
-    assert seen[1]["train"]["amp"] == "bf16" and seen[1]["augment"]["padding"] == 4 and "amp" not in before["train"]
+    assert seen[1]["train"]["amp"] == "off" and seen[1]["augment"]["padding"] == 4
+    assert before["train"]["amp"] == "native"
     stored = json.loads((tmp_path / "ablate_cifar10.json").read_text())
-    assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "bf16", "augment.padding": 4}]
+    assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "off", "augment.padding": 4}]
     assert [run["test_accuracy"] for run in stored["runs"]] == pytest.approx([0.81, 0.82])
     assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"] == {"cpu": "Some CPU"}

@@ -7,11 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+import vit_course.loop
 from vit_course import ViT
 from vit_course import checkpoint as ckpt
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS, load
-from vit_course.loop import amp_settings, fit
+from vit_course.loop import amp_dtype, amp_settings, fit
 from vit_course.recipes import full_config
 from vit_course.train import evaluate, param_groups, train_step, warmup_cosine
 
@@ -154,6 +155,16 @@ def test_amp_settings():
     assert autocast.fast_dtype == torch.bfloat16 and scaler is None
     with pytest.raises(ValueError, match="'fp8'"):
         amp_settings("fp8", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("native", [True, False, None])
+def test_native_amp_uses_bf16_only_on_a_cpu_that_has_it(monkeypatch, native):
+    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: native)
+    assert amp_dtype("native", torch.device("cpu")) == ("bf16" if native else None)
+    assert amp_dtype("auto", torch.device("cpu")) is None  # "auto" stays float32 on every CPU
+    assert amp_dtype("native", torch.device("mps")) is None
+    autocast, _ = amp_settings("native", torch.device("cpu"))
+    assert (autocast is not None and autocast.fast_dtype == torch.bfloat16) if native else autocast is None
 
 
 def test_checkpoint_round_trip_weights_only(tmp_path):

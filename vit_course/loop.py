@@ -15,29 +15,38 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import read_checkpoint, save_checkpoint
-from .device import pick_device
+from .device import cpu_has_bf16, pick_device
 from .train import evaluate, param_groups, train_step, warmup_cosine
 
 HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
 
 
-def amp_settings(amp, device):
-    """(autocast context or None, GradScaler or None) for ``amp`` in "auto", "bf16", "fp16", "off"/None/False.
+def amp_dtype(amp, device):
+    """The reduced precision ``amp`` means on ``device``: "bf16", "fp16" or None (float32 throughout).
 
-    "auto": bf16 on CUDA GPUs that support it, else fp16 with a GradScaler; on MPS and the CPU none (a CPU
-    without native bf16 emulates it, several times slower: chapter 09 measures it).
+    amp: "auto": bf16 on CUDA GPUs that support it, else fp16; on MPS and the CPU none (a CPU without native
+    bf16 emulates it, several times slower: chapter 09 measures it). "native": as "auto", and bf16 on a CPU
+    that multiplies bf16 natively (``device.cpu_has_bf16``); it pays only for models wide enough that the
+    matrix products dominate (benchmarks/train_throughput.py --bf16). "bf16", "fp16": always; "off"/None/False.
     """
     if amp in (None, False, "off", "none"):
+        return None
+    if amp not in ("auto", "native", "bf16", "fp16"):
+        raise ValueError(f'amp must be "auto", "native", "bf16", "fp16" or "off", got {amp!r}')
+    if amp in ("bf16", "fp16"):
+        return amp
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "bf16" if amp == "native" and device.type == "cpu" and cpu_has_bf16() else None
+
+
+def amp_settings(amp, device):
+    """(autocast context or None, GradScaler or None) for ``amp`` (see ``amp_dtype``) on ``device``."""
+    dtype = amp_dtype(amp, device)
+    if dtype is None:
         return None, None
-    if amp not in ("auto", "bf16", "fp16"):
-        raise ValueError(f'amp must be "auto", "bf16", "fp16" or "off", got {amp!r}')
-    if amp == "auto":
-        if device.type != "cuda":
-            return None, None
-        amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler(device.type) if amp == "fp16" and device.type == "cuda" else None
-    return torch.autocast(device.type, dtype=dtype), scaler
+    scaler = torch.amp.GradScaler(device.type) if dtype == "fp16" and device.type == "cuda" else None
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16), scaler
 
 
 class Clock:
@@ -221,4 +230,4 @@ def _record(history, *, progress, **values):
                    f"{values['test_loss']:.4f}, test acc {values['test_acc']:.2%}, {values['seconds']:.0f} s")
 
 
-__all__ = ["Clock", "Schedule", "amp_settings", "fit"]
+__all__ = ["Clock", "Schedule", "amp_dtype", "amp_settings", "fit"]
