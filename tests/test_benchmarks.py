@@ -71,10 +71,11 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
     assert stored["mean_accuracy"] == pytest.approx(0.993) and stored["std_accuracy"] == pytest.approx(0.002)
     assert stored["target"] == {"test_accuracy": 0.993, "wall_seconds": 300} and stored["max_wall_seconds"] == 292.0
     (row,) = results.seed_rows(tmp_path)
-    assert row == ["mnist", "99.3% in 300 s", "3", "99.30% ± 0.20% (99.10% to 99.50%)", "292 s", "4.50 to 6.50",
-                   "Some CPU, avx512"]
+    assert row == ["mnist", "float32", "99.3% in 300 s", "3", "99.30% ± 0.20% (99.10% to 99.50%)", "292 s",
+                   "4.50 to 6.50", "Some CPU, avx512"]  # runs recorded without a precision trained in float32
+    assert results.precision({"precision": "bf16"}) == "bf16 autocast"
     table = "\n".join(results.seeds_table(tmp_path))
-    assert "| mnist | 99.3% in 300 s | 3 |" in table
+    assert "| mnist | float32 | 99.3% in 300 s | 3 |" in table
     assert "No seed runs" in results.seeds_table(tmp_path / "empty")[0]
 
 

@@ -17,12 +17,13 @@ from .kernel import ROOT
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"))
-BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Reproduce with"]
-README_HEADER = ["run", "command", "test accuracy", "epochs done", "training time", "parameters", "machine"]
+BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Precision", "Reproduce with"]
+README_HEADER = ["run", "command", "test accuracy", "epochs done", "training time", "parameters", "precision",
+                 "machine"]
 BEGIN, END = "<!-- results: written by `python -m vit_course results` -->", "<!-- end of results -->"
 BENCHMARKS = ROOT / "benchmarks" / "results"  # benchmarks/targets.py writes targets_NAME.json there
-SEEDS_HEADER = ["recipe", "target", "seeds", "test accuracy, mean ± std (min to max)", "slowest run", "epochs",
-                "machine"]
+SEEDS_HEADER = ["recipe", "precision", "target", "seeds", "test accuracy, mean ± std (min to max)", "slowest run",
+                "epochs", "machine"]
 SEEDS_BEGIN, SEEDS_END = "<!-- seeds: written by `python -m vit_course results` -->", "<!-- end of seeds -->"
 
 
@@ -75,11 +76,11 @@ def book_rows(checkpoints=CHECKPOINTS):
     for run, label, m in shipped(checkpoints):
         command = f"python -m vit_course train {run}"
         if m is None:
-            rows.append([label, "not yet trained", "—", "—", "—", "—", command])
+            rows.append([label, "not yet trained", "—", "—", "—", "—", "—", command])
             continue
         rows.append([label, f"{100 * m['test_accuracy']:.2f} %", format_seconds(m["train_seconds"]),
                      str(m.get("epochs", "—")), format_count(m["params"]) if "params" in m else "—",
-                     str(m.get("device", "—")), m.get("command") or command])
+                     str(m.get("device", "—")), precision(m), m.get("command") or command])
     return rows
 
 
@@ -91,10 +92,16 @@ def readme_table(checkpoints=CHECKPOINTS):
             continue
         where = _where(m.get("machine"))
         cells = [label, f"`python -m vit_course train {run}`", f"{m['test_accuracy']:.2%}",
-                 epochs_cell(m), f"{m['train_seconds']:.0f} s", f"{m['params']:,}",
+                 epochs_cell(m), f"{m['train_seconds']:.0f} s", f"{m['params']:,}", precision(m),
                  f"{where}; {m.get('threads', '?')} threads, load {_number(m.get('cpu_load_before'))}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def precision(metrics):
+    """How a run multiplied: 'float32', or 'bf16 autocast' / 'fp16 autocast' (runs recorded before it: float32)."""
+    kind = metrics.get("precision", "fp32")
+    return "float32" if kind == "fp32" else f"{kind} autocast"
 
 
 def epochs_cell(metrics):
@@ -110,7 +117,8 @@ def seed_rows(results=BENCHMARKS):
         r = json.loads(path.read_text())
         runs, target = r["runs"], r["target"]
         epochs = sorted(run["epochs"] for run in runs)
-        rows.append([r["recipe"], f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
+        kinds = ", ".join(sorted({precision(run) for run in runs}))
+        rows.append([r["recipe"], kinds, f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
                      f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
                      f"{r['max_accuracy']:.2%})", f"{r['max_wall_seconds']:.0f} s",
                      f"{epochs[0]:.2f} to {epochs[-1]:.2f}",
@@ -183,4 +191,4 @@ def main(argv=None):
 
 
 __all__ = ["BOOK_HEADER", "RUNS", "SEEDS_HEADER", "book_rows", "epochs_cell", "format_count", "format_seconds",
-           "measurement", "read_metrics", "readme_table", "seed_rows", "seeds_table"]
+           "measurement", "precision", "read_metrics", "readme_table", "seed_rows", "seeds_table"]

@@ -55,14 +55,14 @@ class ResultsTable(SphinxDirective):
             code = nodes.paragraph()
             code += nodes.literal(text=row[-1])
             body.append([*row[:-1], code])
-        out = [make_table(HEADER, body, widths=[12, 12, 12, 8, 10, 8, 38])]
+        out = [make_table(HEADER, body, widths=[12, 12, 10, 8, 10, 8, 10, 30])]
         for path in sorted(BENCHMARKS.glob("targets_*.json")):
             self.env.note_dependency(str(path))
         seeds = seed_rows()
         if seeds:
             caption = nodes.paragraph(text="Each time-budgeted recipe run with several seeds, one after another "
                                            "(python benchmarks/targets.py NAME --runs 3):")
-            out += [caption, make_table(SEEDS_HEADER, seeds, widths=[8, 12, 6, 26, 10, 12, 26])]
+            out += [caption, make_table(SEEDS_HEADER, seeds, widths=[8, 8, 12, 6, 24, 10, 12, 20])]
         for run, label in RUNS:
             curves = checkpoints / run / "curves.png"
             if curves.is_file():
