@@ -4,6 +4,7 @@ read."""
 import importlib.util
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,23 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
     assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "off", "augment.padding": 4}]
     assert [run["test_accuracy"] for run in stored["runs"]] == pytest.approx([0.81, 0.82])
     assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"] == {"cpu": "Some CPU"}
+
+
+def test_bf16_speedup_alternates_the_two_steps_and_records_the_ratio(tmp_path, monkeypatch):
+    throughput = benchmark("train_throughput")
+    calls = []
+
+    def fake_step(name, autocast=False):  # a float32 step takes 3 ms, a bf16 one 2 ms
+        return lambda: calls.append(autocast) or time.sleep(0.003 if not autocast else 0.002)
+
+    monkeypatch.setattr(throughput, "training_step", fake_step)
+    result = throughput.bf16_speedup("cifar10", rounds=4)
+    assert calls == [False, True] * 5  # a warm-up of each, then strictly alternated
+    assert result["speedup"] == pytest.approx(1.5, rel=0.3) and result["fp32_ms"] > result["bf16_ms"]
+    monkeypatch.setattr(throughput, "RESULTS", tmp_path)
+    monkeypatch.setattr(throughput, "matmul_gflops", lambda *args, **kwargs: 100.0)
+    monkeypatch.setattr(throughput, "step_flops_and_seconds", lambda *args, **kwargs: (1e9, 0.01))
+    for _ in range(2):
+        throughput.main(["--bf16", "--record", "--steps", "2"])
+    runs = json.loads((tmp_path / "bf16_speedup.json").read_text())["runs"]
+    assert len(runs) == 2 and [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"]  # appended
