@@ -154,7 +154,7 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
             ``set_epoch`` (``batches.DeviceLoader``) is told the epoch when resuming
         epochs, lr, weight_decay, warmup_epochs (may be fractional), label_smoothing, min_lr: the recipe;
             epochs=None (with a time_budget) trains until the budget is used, however many epochs that is
-        device: None picks CUDA, then MPS, then the CPU; amp: see ``amp_settings``
+        device: None picks CUDA, then MPS, then the CPU; amp: see ``amp_dtype``
         time_budget: seconds for the training and its final evaluation; when they run out, the epoch stops
             and the model is evaluated. The schedule then follows the clock too, so a budget-cut run still
             ends with a decayed learning rate. Runs the budget does not cut are exactly reproducible.

@@ -40,8 +40,9 @@ RECIPES = {
     },
     # The same hybrid idea for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives the
     # locality a plain ViT needs 100+ epochs to learn. Flips only: half an hour is too short for crops to pay.
-    # amp="native": bf16 autocast on a CPU with native bf16 (a step 1.28x faster there, so more epochs fit);
-    # float32 elsewhere. The MNIST model is too narrow for bf16 kernels to pay (its step is slower under them).
+    # amp="native": bf16 autocast on a CPU with native bf16 (its step is 1.23x as fast there, so more epochs fit);
+    # float32 elsewhere. The MNIST model is too narrow for bf16 kernels to pay (0.67x: slower). Both from
+    # benchmarks/train_throughput.py --bf16 --record; three seeds each way in benchmarks/results/targets_cifar10*.json.
     "cifar10": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=2, num_heads=4,
