@@ -3,11 +3,12 @@
 Measures (1) GFLOP/s of a big square matmul (fp32, and bf16 at a smaller size), (2) for each recipe's
 model, the FLOPs of one training step (forward + backward, counted by torch's FlopCounterMode: matmuls,
 convolutions, attention) and its wall time, so achieved GFLOP/s and their share of (1); optionally (3) the
-step under bf16 autocast, alternated with the float32 step (``--record`` keeps that comparison in
-benchmarks/results/bf16_speedup.json). Prints the 1-minute load average before and after: on a shared
+step under bf16 autocast and (4) the step of the model compiled by ``torch.compile``, each alternated with the
+plain float32 step (``--record`` keeps these comparisons in benchmarks/results/bf16_speedup.json and
+compile_speedup.json). Prints the 1-minute load average before and after: on a shared
 machine every number scales with it.
 
-    python benchmarks/train_throughput.py [--threads N] [--steps 5] [--size 2048] [--bf16 [--record]]
+    python benchmarks/train_throughput.py [--threads N] [--steps 5] [--size 2048] [--bf16] [--compile] [--record]
 """
 
 import argparse
@@ -44,8 +45,10 @@ def matmul_gflops(size, dtype, repeats=5):
     return 2 * size**3 / statistics.median(times) / 1e9
 
 
-def training_step(name, autocast=False):
-    """A closure running one training step of recipe ``name``'s model on a fixed random batch (its batch size)."""
+def training_step(name, autocast=False, compiled=False):
+    """A closure running one training step of recipe ``name``'s model on a fixed random batch (its batch size).
+
+    compiled: run the model through ``torch.compile`` (the closure's first call compiles it)."""
     recipe = RECIPES[name]
     torch.manual_seed(0)
     model = ViT(**recipe["model"]).train()
@@ -54,10 +57,11 @@ def training_step(name, autocast=False):
     c, h = recipe["model"]["in_channels"], recipe["model"]["image_size"]
     x, y = torch.randn(batch, c, h, h), torch.randint(0, 10, (batch,))  # (b, C, H, W), (b,)
     context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.autocast("cpu", enabled=False)
+    forward = torch.compile(model) if compiled else model
 
     def step():
         with context:
-            logits = model(x)
+            logits = forward(x)
         loss = F.cross_entropy(logits.float(), y)
         optimizer.zero_grad()
         loss.backward()
@@ -81,17 +85,40 @@ def step_flops_and_seconds(name, steps, autocast=False):
     return counter.get_total_flops(), statistics.median(seconds_of(step) for _ in range(steps))
 
 
+def alternated(steps, rounds):
+    """Time two steps alternated in one process (the first, then the second, ``rounds`` times, after one warm-up
+    each), so that a change in the machine's speed hits both alike. steps: {label: step} with two entries.
+    -> {label_ms: median milliseconds of each, "speedup": median of the per-round ratios (first / second),
+    "speedup_range": [min, max] of those ratios}."""
+    (a_label, a), (b_label, b) = steps.items()
+    a(), b()  # warm-up: first calls allocate and pick kernels
+    pairs = [(seconds_of(a), seconds_of(b)) for _ in range(rounds)]
+    ratios = [x / y for x, y in pairs]
+    return {f"{a_label}_ms": round(1000 * statistics.median(x for x, _ in pairs), 1),
+            f"{b_label}_ms": round(1000 * statistics.median(y for _, y in pairs), 1),
+            "speedup": round(statistics.median(ratios), 3),
+            "speedup_range": [round(min(ratios), 3), round(max(ratios), 3)]}
+
+
 def bf16_speedup(name, rounds):
-    """float32 and bf16-autocast steps of recipe ``name``, alternated in one process (a float32 step, then a bf16
-    one, ``rounds`` times, after one warm-up each), so that a change in the machine's speed hits both alike.
-    -> dict of the median seconds of each and the median of the per-round ratios (float32 / bf16)."""
-    fp32, bf16 = training_step(name), training_step(name, autocast=True)
-    fp32(), bf16()  # warm-up: first calls allocate and pick kernels
-    pairs = [(seconds_of(fp32), seconds_of(bf16)) for _ in range(rounds)]
-    return {"recipe": name, "rounds": rounds, "fp32_ms": round(1000 * statistics.median(a for a, _ in pairs), 1),
-            "bf16_ms": round(1000 * statistics.median(b for _, b in pairs), 1),
-            "speedup": round(statistics.median(a / b for a, b in pairs), 3),
-            "speedup_range": [round(min(a / b for a, b in pairs), 3), round(max(a / b for a, b in pairs), 3)]}
+    """float32 and bf16-autocast steps of recipe ``name``, alternated: -> dict (see ``alternated``)."""
+    steps = {"fp32": training_step(name), "bf16": training_step(name, autocast=True)}
+    return {"recipe": name, "rounds": rounds, **alternated(steps, rounds)}
+
+
+def compile_speedup(name, rounds):
+    """Eager and ``torch.compile``d float32 steps of recipe ``name``, alternated: -> dict (see ``alternated``),
+    with the seconds of the first compiled step, compilation included (a time-budgeted run would pay them)."""
+    eager, compiled = training_step(name), training_step(name, compiled=True)
+    compile_seconds = seconds_of(compiled)
+    return {"recipe": name, "rounds": rounds, "compile_seconds": round(compile_seconds, 1),
+            **alternated({"eager": eager, "compiled": compiled}, rounds)}
+
+
+COMPARISONS = {  # flag: (function, what its ratio means, the file --record appends to)
+    "bf16": (bf16_speedup, "float32 and bf16 autocast steps", "bf16_speedup.json"),
+    "compile": (compile_speedup, "eager and torch.compile'd float32 steps", "compile_speedup.json"),
+}
 
 
 def main(argv=None):
@@ -100,11 +127,12 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--bf16", action="store_true", help="also time bf16 matmul and the bf16 autocast step")
-    parser.add_argument("--record", action="store_true",
-                        help="with --bf16: append the step comparison to benchmarks/results/bf16_speedup.json")
+    parser.add_argument("--compile", action="store_true", help="also time the torch.compile'd step")
+    parser.add_argument("--record", action="store_true", help="append the step comparisons asked for to "
+                        "benchmarks/results/bf16_speedup.json and compile_speedup.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    load, bf16 = os.getloadavg()[0], []
+    load, compared = os.getloadavg()[0], {flag: [] for flag in COMPARISONS if getattr(args, flag)}
     print(f"torch {torch.__version__}, {args.threads} threads, load before {load:.1f}")
     peak = matmul_gflops(args.size, torch.float32)
     print(f"matmul fp32 {args.size}^2: {peak:.1f} GFLOP/s")
@@ -120,17 +148,19 @@ def main(argv=None):
         achieved = flops / seconds / 1e9
         print(f"{name}: {flops / 1e9:.2f} GFLOP per step, {seconds * 1000:.0f} ms -> {achieved:.1f} GFLOP/s "
               f"= {achieved / now:.0%} of the matmul's {now:.1f} GFLOP/s measured around it")
-        if args.bf16:
-            bf16.append(bf16_speedup(name, args.steps))
-            print(f"{name}, float32 and bf16 autocast steps alternated: {bf16[-1]['fp32_ms']:.0f} vs "
-                  f"{bf16[-1]['bf16_ms']:.0f} ms, bf16 {bf16[-1]['speedup']:.2f}x as fast (rounds "
-                  f"{bf16[-1]['speedup_range'][0]:.2f}-{bf16[-1]['speedup_range'][1]:.2f}x)")
+        for flag, results in compared.items():
+            function, what, _ = COMPARISONS[flag]
+            results.append(result := function(name, args.steps))
+            first, second = (f"{v:.0f} ms" for k, v in result.items() if k.endswith("_ms"))
+            print(f"{name}, {what} alternated: {first} vs {second}, the second {result['speedup']:.2f}x as fast "
+                  f"(rounds {result['speedup_range'][0]:.2f}-{result['speedup_range'][1]:.2f}x)"
+                  + (f"; compiling took {result['compile_seconds']:.0f} s" if "compile_seconds" in result else ""))
     print(f"load after {os.getloadavg()[0]:.1f}")
-    if args.record and bf16:
-        path = RESULTS / "bf16_speedup.json"
+    for flag, results in compared.items() if args.record else ():
+        path = RESULTS / COMPARISONS[flag][2]
         runs = json.loads(path.read_text())["runs"] if path.is_file() else []
-        write_json(path, {"command": "python benchmarks/train_throughput.py --bf16 --record", "runs": runs + [
-            {"steps": bf16, "threads": args.threads, "load_before": load, "load_after": os.getloadavg()[0],
+        write_json(path, {"command": f"python benchmarks/train_throughput.py --{flag} --record", "runs": runs + [
+            {"steps": results, "threads": args.threads, "load_before": load, "load_after": os.getloadavg()[0],
              "machine": machine()}]})
 
 

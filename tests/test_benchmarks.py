@@ -126,7 +126,7 @@ def test_bf16_speedup_alternates_the_two_steps_and_records_the_ratio(tmp_path, m
     throughput = benchmark("train_throughput")
     calls = []
 
-    def fake_step(name, autocast=False):  # a float32 step takes 3 ms, a bf16 one 2 ms
+    def fake_step(name, autocast=False, compiled=False):  # a float32 step takes 3 ms, a bf16 one 2 ms
         return lambda: calls.append(autocast) or time.sleep(0.003 if not autocast else 0.002)
 
     monkeypatch.setattr(throughput, "training_step", fake_step)
@@ -140,3 +140,29 @@ def test_bf16_speedup_alternates_the_two_steps_and_records_the_ratio(tmp_path, m
         throughput.main(["--bf16", "--record", "--steps", "2"])
     runs = json.loads((tmp_path / "bf16_speedup.json").read_text())["runs"]
     assert len(runs) == 2 and [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"]  # appended
+
+
+def test_compile_speedup_counts_the_first_compiled_step_and_alternates_after_it(tmp_path, monkeypatch):
+    throughput = benchmark("train_throughput")
+    calls = []
+
+    def fake_step(name, autocast=False, compiled=False):  # compiling 0.2 s once; then eager 2 ms, compiled 3 ms
+        seconds = [0.2] if compiled else []
+
+        def step():
+            calls.append("compiled" if compiled else "eager")
+            time.sleep(seconds.pop() if seconds else 0.003 if compiled else 0.002)
+        return step
+
+    monkeypatch.setattr(throughput, "training_step", fake_step)
+    result = throughput.compile_speedup("cifar10", rounds=4)
+    assert calls == ["compiled"] + ["eager", "compiled"] * 5  # compile, a warm-up of each, then alternated
+    assert result["compile_seconds"] == pytest.approx(0.2, abs=0.1)
+    assert result["speedup"] == pytest.approx(2 / 3, rel=0.3) and result["eager_ms"] < result["compiled_ms"]
+    monkeypatch.setattr(throughput, "RESULTS", tmp_path)
+    monkeypatch.setattr(throughput, "matmul_gflops", lambda *args, **kwargs: 100.0)
+    monkeypatch.setattr(throughput, "step_flops_and_seconds", lambda *args, **kwargs: (1e9, 0.01))
+    throughput.main(["--compile", "--record", "--steps", "2"])
+    assert not (tmp_path / "bf16_speedup.json").exists()  # only what was asked for is recorded
+    runs = json.loads((tmp_path / "compile_speedup.json").read_text())["runs"]
+    assert [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"] and "compile_seconds" in runs[0]["steps"][0]
