@@ -61,12 +61,14 @@ def main(argv=None):
         recipes.RECIPES[args.name] = original
     run = {"recipe": args.name, "set": changes, "seed": args.seed, "budget": args.budget,
            **{key: metrics[key] for key in ("test_accuracy", "epochs", "wall_seconds", "threads", "thread_changes",
-                                            "cpu_load_before", "cpu_load_after", "machine")}}
+                                            "cpu_load_before", "cpu_load_after", "machine")},
+           # the whole recipe the run trained, so the record still says what it measured once the recipe changes
+           "settings": {section: recipe.get(section) for section in ("model", "train", "augment")}}
     print(json.dumps(run))
     if args.record:
         path = args.results / f"ablate_{args.name}.json"
-        runs = json.loads(path.read_text())["runs"] if path.exists() else []
-        write_json(path, {"recipe": args.name, "runs": runs + [run]})
+        stored = json.loads(path.read_text()) if path.exists() else {"recipe": args.name, "runs": []}
+        write_json(path, {**stored, "runs": stored["runs"] + [run]})
     return run
 
 

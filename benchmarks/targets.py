@@ -9,6 +9,7 @@ shared machine the load decides how many epochs fit in the budget, so it is reco
 
     python benchmarks/targets.py mnist --runs 3
     python benchmarks/targets.py cifar10 --runs 3 --out runs/bench
+    python benchmarks/targets.py cifar10 --seeds 1 2 --append   # more seeds beside the stored ones
 """
 
 import argparse
@@ -58,18 +59,24 @@ def main(argv=None, run=run_once):
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default="runs/bench", help="where the runs write their models")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where targets_NAME.json goes")
+    parser.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..runs-1")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the other seeds already in targets_NAME.json (a seed run again is replaced)")
     args = parser.parse_args(argv)
     accuracy_target, seconds_target = TARGETS[args.name]
+    path = args.results / f"targets_{args.name}.json"
+    seeds = args.seeds if args.seeds is not None else range(args.runs)
+    kept = [r for r in json.loads(path.read_text())["runs"] if r["seed"] not in seeds] if args.append else []
     runs = []
-    for seed in range(args.runs):
+    for seed in seeds:
         result = run(args.name, seed, Path(args.out) / f"{args.name}-seed{seed}")
         runs.append(result)
         ok = result["test_accuracy"] >= accuracy_target and result["wall_seconds"] <= seconds_target
         print(f"seed {seed}: {result['test_accuracy']:.2%} in {result['wall_seconds']:.0f} s wall, "
               f"{result['epochs']:.2f} epochs, {result['threads']} threads, load {result['load_before']:.1f} -> "
               f"{'meets' if ok else 'misses'} the target", flush=True)
-    result = summary(args.name, runs)
-    write_json(args.results / f"targets_{args.name}.json", result)
+    result = summary(args.name, sorted(kept + runs, key=lambda r: r["seed"]))
+    write_json(path, result)
     print(f"{args.name}: accuracy mean {result['mean_accuracy']:.2%}, std {result['std_accuracy']:.2%} (min "
           f"{result['min_accuracy']:.2%}, max {result['max_accuracy']:.2%}); wall max {result['max_wall_seconds']:.0f}"
           f" s (target {accuracy_target:.1%} in {seconds_target} s)")

@@ -71,12 +71,19 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
     assert stored == json.loads(json.dumps(summary)) and [r["seed"] for r in stored["runs"]] == [0, 1, 2]
     assert stored["mean_accuracy"] == pytest.approx(0.993) and stored["std_accuracy"] == pytest.approx(0.002)
     assert stored["target"] == {"test_accuracy": 0.993, "wall_seconds": 300} and stored["max_wall_seconds"] == 292.0
+    again = benchmark("targets").main(["mnist", "--seeds", "2", "--append", "--results", str(tmp_path)],
+                                      run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": 0.99})
+    assert [r["seed"] for r in again["runs"]] == [0, 1, 2] and again["max_accuracy"] == pytest.approx(0.995)
+    assert again["runs"][2]["test_accuracy"] == 0.99 and again["runs"][:2] == stored["runs"][:2]
+    benchmark("targets").main(["mnist", "--runs", "3", "--results", str(tmp_path)], run=fake_run)  # as before
     (row,) = results.seed_rows(tmp_path)
     assert row == ["mnist", "float32", "99.3% in 300 s", "3", "99.30% ± 0.20% (99.10% to 99.50%)", "292 s",
                    "4.50 to 6.50", "Some CPU, avx512"]  # runs recorded without a precision trained in float32
     assert results.precision({"precision": "bf16"}) == "bf16 autocast"
     table = "\n".join(results.seeds_table(tmp_path))
     assert "| mnist | float32 | 99.3% in 300 s | 3 |" in table
+    (tmp_path / "targets_mnist-wider.json").write_text((tmp_path / "targets_mnist.json").read_text())
+    assert [row[0] for row in results.seed_rows(tmp_path)] == ["mnist", "mnist, wider"]  # an earlier version: after
     assert "No seed runs" in results.seeds_table(tmp_path / "empty")[0]
 
 
@@ -120,6 +127,9 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
     assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "off", "augment.padding": 4}]
     assert [run["test_accuracy"] for run in stored["runs"]] == pytest.approx([0.81, 0.82])
     assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"] == {"cpu": "Some CPU"}
+    settings = stored["runs"][1]["settings"]  # the whole recipe it trained, not only the changes
+    assert settings["train"]["amp"] == "off" and settings["model"]["dim"] == before["model"]["dim"]
+    assert stored["runs"][0]["settings"]["train"]["amp"] == "native"
 
 
 def test_bf16_speedup_alternates_the_two_steps_and_records_the_ratio(tmp_path, monkeypatch):

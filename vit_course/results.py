@@ -111,14 +111,21 @@ def epochs_cell(metrics):
 
 
 def seed_rows(results=BENCHMARKS):
-    """One row of strings per ``benchmarks/results/targets_NAME.json`` (the seeds of one recipe; ``SEEDS_HEADER``)."""
+    """One row of strings per ``benchmarks/results/targets_NAME.json`` (the seeds of one recipe; ``SEEDS_HEADER``).
+
+    A file named ``targets_RECIPE-VARIANT.json`` holds seeds of an earlier version of the recipe, kept for
+    comparison: its row says 'RECIPE, VARIANT' and comes after the recipe's current seeds.
+    """
     rows = []
-    for path in sorted(Path(results).glob("targets_*.json")):
-        r = json.loads(path.read_text())
+    files = [(json.loads(path.read_text()), path.stem.removeprefix("targets_"))
+             for path in Path(results).glob("targets_*.json")]
+    for r, name in sorted(files, key=lambda file: (file[0]["recipe"], file[1] != file[0]["recipe"], file[1])):
         runs, target = r["runs"], r["target"]
         epochs = sorted(run["epochs"] for run in runs)
         kinds = ", ".join(sorted({precision(run) for run in runs}))
-        rows.append([r["recipe"], kinds, f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
+        variant = name.removeprefix(r["recipe"]).removeprefix("-")
+        rows.append([f"{r['recipe']}, {variant}" if variant else r["recipe"], kinds,
+                     f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
                      f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
                      f"{r['max_accuracy']:.2%})", f"{r['max_wall_seconds']:.0f} s",
                      f"{epochs[0]:.2f} to {epochs[-1]:.2f}",
