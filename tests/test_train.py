@@ -12,7 +12,7 @@ from vit_course import ViT
 from vit_course import checkpoint as ckpt
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS, load
-from vit_course.loop import amp_dtype, amp_settings, fit
+from vit_course.loop import amp_dtype, amp_settings, bf16_pays, fit, resolve_amp
 from vit_course.recipes import full_config
 from vit_course.train import evaluate, param_groups, train_step, warmup_cosine
 
@@ -165,6 +165,38 @@ def test_native_amp_uses_bf16_only_on_a_cpu_that_has_it(monkeypatch, native):
     assert amp_dtype("native", torch.device("mps")) is None
     autocast, _ = amp_settings("native", torch.device("cpu"))
     assert (autocast is not None and autocast.fast_dtype == torch.bfloat16) if native else autocast is None
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_native_amp_trains_in_bf16_only_where_the_timed_step_is_faster(monkeypatch, mnist, pays):
+    """A CPU's bf16 flag is not enough: on one AVX-512 BF16 CPU the bf16 step took twice as long. "native" times it."""
+    trials, autocast_seen = [], []
+    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(vit_course.loop, "bf16_pays", lambda model, x, y: trials.append(x.shape) or {"bf16": pays})
+    real_step = vit_course.loop.train_step
+    monkeypatch.setattr(vit_course.loop, "train_step", lambda *a, **k: autocast_seen.append(
+        torch.is_autocast_enabled("cpu")) or real_step(*a, **k))
+    cpu, test = torch.device("cpu"), mnist_loader(mnist, n=128, shuffle=False)
+    assert resolve_amp("native", cpu, ViT(**TINY), test) == (("bf16" if pays else None), {"bf16": pays})
+    assert resolve_amp("auto", cpu, ViT(**TINY), test) == (None, None)  # only "native" is timed
+    fit(ViT(**TINY), mnist_loader(mnist), test, epochs=1, lr=1e-3, weight_decay=0.0, warmup_epochs=0,
+        label_smoothing=0.0, device="cpu", amp="native", progress=False)
+    assert trials == [(64, 1, 28, 28)] * 2  # one batch of the test loader, once per resolve
+    assert autocast_seen == [pays] * 4  # every step of the epoch in the chosen precision
+    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: False)
+    assert resolve_amp("native", cpu, ViT(**TINY), test) == (None, None) and len(trials) == 2  # no flag: no trial
+
+
+def test_the_bf16_trial_times_a_copy_and_leaves_the_model_and_random_state_alone():
+    torch.manual_seed(0)
+    model, images, labels = ViT(**TINY), torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    before, rng = {k: v.clone() for k, v in model.state_dict().items()}, torch.get_rng_state()
+    model.eval()
+    trial = bf16_pays(model, images, labels, rounds=2)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()) and not model.training
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert trial["fp32_ms"] > 0 and trial["bf16_ms"] > 0
+    assert trial["bf16"] == (trial["bf16_ms"] < 0.95 * trial["fp32_ms"])
 
 
 def test_checkpoint_round_trip_weights_only(tmp_path):

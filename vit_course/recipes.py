@@ -19,7 +19,7 @@ from .batches import AUGMENT, loaders
 from .checkpoint import read_checkpoint, save_checkpoint
 from .device import ThreadWatch, machine, pick_device, pick_threads
 from .files import write_json
-from .loop import amp_dtype, fit
+from .loop import fit, resolve_amp
 from .vit import ViT
 
 # epochs=None: the run trains until its time budget is used, its cosine re-planned from the measured pace so it
@@ -118,16 +118,19 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
     if subset is not None:
         for loader in (train, test):
             loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]
+    # "native": the step timed both ways here, once (its seconds count against the budget), not again in fit
+    precision, trial = resolve_amp(settings.get("amp", "auto"), device, model, test, progress)
     fit_budget = None if budget is None else budget - (time.perf_counter() - started) - recipe["reserve"]
     if fit_budget is not None and fit_budget <= 0:
         raise ValueError(f"time budget of {budget} s is used up before training starts")
     history = fit(model, train, test, device=device, time_budget=fit_budget, checkpoint=out / "checkpoint.pt",
-                  seed=seed, progress=progress, resume=resume, on_step=watch, run_info=run_info, **settings)
+                  seed=seed, progress=progress, resume=resume, on_step=watch, run_info=run_info,
+                  **{**settings, "amp": precision or "off"})
     metrics = {
         "recipe": name, "dataset": recipe["dataset"], "test_accuracy": history["test_acc"][-1],
         "test_loss": history["test_loss"][-1], "epochs": history["epoch"][-1], "planned_epochs": settings["epochs"],
         "train_seconds": round(history["seconds"][-1], 1), "params": sum(p.numel() for p in model.parameters()),
-        "device": str(device), "precision": amp_dtype(settings.get("amp", "auto"), device) or "fp32",
+        "device": str(device), "precision": precision or "fp32", "bf16_trial": trial,
         "threads": torch.get_num_threads(),
         "thread_changes": watch.changes if watch is not None else [],  # (seconds, threads) the watch set
         "torch": str(torch.__version__),  # a str subclass, which weights_only loading refuses
