@@ -136,9 +136,11 @@ def main(argv=None):
     print(f"torch {torch.__version__}, {args.threads} threads, load before {load:.1f}")
     peak = matmul_gflops(args.size, torch.float32)
     print(f"matmul fp32 {args.size}^2: {peak:.1f} GFLOP/s")
+    matmul = {f"fp32_{args.size}": round(peak, 1)}  # GFLOP/s, recorded with the comparisons
     if args.bf16:
-        print(f"matmul bf16 512^2: {matmul_gflops(512, torch.bfloat16, repeats=3):.1f} GFLOP/s "
-              f"(fp32 512^2: {matmul_gflops(512, torch.float32):.1f})")
+        matmul.update(bf16_512=round(matmul_gflops(512, torch.bfloat16, repeats=3), 1),
+                      fp32_512=round(matmul_gflops(512, torch.float32), 1))
+        print(f"matmul bf16 512^2: {matmul['bf16_512']:.1f} GFLOP/s (fp32 512^2: {matmul['fp32_512']:.1f})")
     for name in ("mnist", "cifar10"):
         # the matmul again right before and after the steps: on a shared machine the share is only
         # meaningful against the throughput available at the same moment
@@ -150,7 +152,7 @@ def main(argv=None):
               f"= {achieved / now:.0%} of the matmul's {now:.1f} GFLOP/s measured around it")
         for flag, results in compared.items():
             function, what, _ = COMPARISONS[flag]
-            results.append(result := function(name, args.steps))
+            results.append(result := {**function(name, args.steps), "model": RECIPES[name]["model"]})  # what ran
             first, second = (f"{v:.0f} ms" for k, v in result.items() if k.endswith("_ms"))
             print(f"{name}, {what} alternated: {first} vs {second}, the second {result['speedup']:.2f}x as fast "
                   f"(rounds {result['speedup_range'][0]:.2f}-{result['speedup_range'][1]:.2f}x)"
@@ -160,8 +162,8 @@ def main(argv=None):
         path = RESULTS / COMPARISONS[flag][2]
         runs = json.loads(path.read_text())["runs"] if path.is_file() else []
         write_json(path, {"command": f"python benchmarks/train_throughput.py --{flag} --record", "runs": runs + [
-            {"steps": results, "threads": args.threads, "load_before": load, "load_after": os.getloadavg()[0],
-             "machine": machine()}]})
+            {"steps": results, "matmul_gflops": matmul, "threads": args.threads, "load_before": load,
+             "load_after": os.getloadavg()[0], "machine": machine()}]})
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from vit_course import ViT, save_checkpoint
+from vit_course.recipes import RECIPES
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
@@ -150,6 +151,8 @@ def test_bf16_speedup_alternates_the_two_steps_and_records_the_ratio(tmp_path, m
         throughput.main(["--bf16", "--record", "--steps", "2"])
     runs = json.loads((tmp_path / "bf16_speedup.json").read_text())["runs"]
     assert len(runs) == 2 and [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"]  # appended
+    assert runs[0]["steps"][1]["model"]["stem_channels"] == list(RECIPES["cifar10"]["model"]["stem_channels"])
+    assert runs[0]["matmul_gflops"] == {"fp32_2048": 100.0, "bf16_512": 100.0, "fp32_512": 100.0}
 
 
 def test_compile_speedup_counts_the_first_compiled_step_and_alternates_after_it(tmp_path, monkeypatch):
