@@ -40,13 +40,18 @@ RECIPES = {
     },
     # The same hybrid idea for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives the
     # locality a plain ViT needs 100+ epochs to learn. Flips only: half an hour is too short for crops to pay.
-    # amp="native": bf16 autocast on a CPU with native bf16 (its step is 1.23x as fast there, so more epochs fit);
-    # float32 elsewhere. The MNIST model is too narrow for bf16 kernels to pay (0.67x: slower). Both from
-    # benchmarks/train_throughput.py --bf16 --record; three seeds each way in benchmarks/results/targets_cifar10*.json.
+    # amp="native": bf16 autocast on a CPU with bf16 instructions where a timed step says it is faster (loop.bf16_pays):
+    # 1.23x on an AMD EPYC, so more epochs fit; 0.54x on an Intel Xeon without AMX, which trains in float32. The MNIST
+    # model is too narrow for bf16 kernels to pay (0.67x and 0.43x: slower). All from
+    # benchmarks/train_throughput.py --bf16 --record; three seeds each way on the AMD, with the earlier stem (64, 128),
+    # in benchmarks/results/targets_cifar10-stem64-*.json.
+    # Stem (32, 128), not (64, 128): its first conv is half as wide, so more epochs fit. In float32 with the budget
+    # scaled to the slower AVX2 machine's pace (840 s, about 7 epochs) it reached 77.82% against 75.83% (9.1 epochs
+    # against 6.7); with bf16 on the AMD EPYC 80.60% against 80.72% (benchmarks/results/ablate_cifar10.json).
     "cifar10": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=2, num_heads=4,
-                      mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(64, 128)),
+                      mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(32, 128)),
         "train": dict(epochs=None, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5,
                       label_smoothing=0.1, min_lr=1e-5, amp="native"),
         "augment": dict(padding=0),  # keywords for batches.cifar_augment: no crop, flips only
