@@ -45,8 +45,8 @@ def bf16_pays(model, images, labels, rounds=3, margin=0.95):
     """Whether a training step of ``model`` on images (b, C, H, W), labels (b,) is faster under bfloat16 autocast
     on this CPU: -> {"fp32_ms", "bf16_ms": the best of ``rounds`` steps each, "bf16": True if it pays}.
 
-    A CPU's flags say whether it has bfloat16 instructions, not whether they are fast: the cifar10 recipe's step
-    took 1.2 times less long under bf16 on one AVX-512 BF16 CPU and twice as long on another, without AMX
+    A CPU's flags say whether it has bfloat16 instructions, not whether they are fast: under bf16 the cifar10
+    recipe's step was 1.23 times as fast on one AVX-512 BF16 CPU and about half as fast on another, without AMX
     (benchmarks/train_throughput.py --bf16). So the step is timed, on a copy of the model (the run's weights and
     random state stay as they were): one warm-up step each way, then float32 and bf16 alternated, so a change
     in the machine's speed hits both. bf16 must be faster by more than 1 - ``margin``: it costs precision.
