@@ -52,11 +52,11 @@ def test_the_gpu_recipe_runs_on_the_cpu_too(tmp_path):
 @pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 @pytest.mark.parametrize("pays", [True, False])
 def test_the_cifar10_recipe_records_the_precision_its_timed_step_chose(tmp_path, monkeypatch, pays):
-    import vit_course.loop
+    import vit_course.precision
 
     trial = {"fp32_ms": 200.0, "bf16_ms": 100.0 if pays else 400.0, "bf16": pays}
-    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: True)  # amp="native" times the step
-    monkeypatch.setattr(vit_course.loop, "bf16_pays", lambda model, x, y: trial)
+    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: True)  # amp="native" times the step
+    monkeypatch.setattr(vit_course.precision, "bf16_pays", lambda model, x, y: trial)
     out = tmp_path / "run"
     assert main(["train", "cifar10", "--epochs", "1", "--subset", "256", "--out", str(out), "--device", "cpu",
                  "--no-progress", "--threads", "2"]) == 0
@@ -67,7 +67,7 @@ def test_the_cifar10_recipe_records_the_precision_its_timed_step_chose(tmp_path,
 
 
 def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):
-    from vit_course.loop import amp_settings
+    from vit_course.precision import amp_settings
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     autocast, scaler = amp_settings("auto", torch.device("cuda"))

@@ -8,11 +8,13 @@ import torch
 from torch import nn
 
 import vit_course.loop
+import vit_course.precision
 from vit_course import ViT
 from vit_course import checkpoint as ckpt
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS, load
-from vit_course.loop import amp_dtype, amp_settings, bf16_pays, fit, resolve_amp
+from vit_course.loop import fit
+from vit_course.precision import amp_dtype, amp_settings, bf16_pays, resolve_amp
 from vit_course.recipes import full_config
 from vit_course.train import evaluate, param_groups, train_step, warmup_cosine
 
@@ -159,7 +161,7 @@ def test_amp_settings():
 
 @pytest.mark.parametrize("native", [True, False, None])
 def test_native_amp_uses_bf16_only_on_a_cpu_that_has_it(monkeypatch, native):
-    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: native)
+    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: native)
     assert amp_dtype("native", torch.device("cpu")) == ("bf16" if native else None)
     assert amp_dtype("auto", torch.device("cpu")) is None  # "auto" stays float32 on every CPU
     assert amp_dtype("native", torch.device("mps")) is None
@@ -171,8 +173,8 @@ def test_native_amp_uses_bf16_only_on_a_cpu_that_has_it(monkeypatch, native):
 def test_native_amp_trains_in_bf16_only_where_the_timed_step_is_faster(monkeypatch, mnist, pays):
     """A CPU's bf16 flag is not enough: on one AVX-512 BF16 CPU the bf16 step took twice as long. "native" times it."""
     trials, autocast_seen = [], []
-    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: True)
-    monkeypatch.setattr(vit_course.loop, "bf16_pays", lambda model, x, y: trials.append(x.shape) or {"bf16": pays})
+    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(vit_course.precision, "bf16_pays", lambda model, x, y: trials.append(x.shape) or {"bf16": pays})
     real_step = vit_course.loop.train_step
     monkeypatch.setattr(vit_course.loop, "train_step", lambda *a, **k: autocast_seen.append(
         torch.is_autocast_enabled("cpu")) or real_step(*a, **k))
@@ -183,7 +185,7 @@ def test_native_amp_trains_in_bf16_only_where_the_timed_step_is_faster(monkeypat
         label_smoothing=0.0, device="cpu", amp="native", progress=False)
     assert trials == [(64, 1, 28, 28)] * 2  # one batch of the test loader, once per resolve
     assert autocast_seen == [pays] * 4  # every step of the epoch in the chosen precision
-    monkeypatch.setattr(vit_course.loop, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: False)
     assert resolve_amp("native", cpu, ViT(**TINY), test) == (None, None) and len(trials) == 2  # no flag: no trial
 
 

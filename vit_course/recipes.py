@@ -19,7 +19,8 @@ from .batches import AUGMENT, loaders
 from .checkpoint import read_checkpoint, save_checkpoint
 from .device import ThreadWatch, machine, pick_device, pick_threads
 from .files import write_json
-from .loop import fit, resolve_amp
+from .loop import fit
+from .precision import resolve_amp
 from .vit import ViT
 
 # epochs=None: the run trains until its time budget is used, its cosine re-planned from the measured pace so it
@@ -117,12 +118,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         watch = ThreadWatch() if threads is None else None
     torch.manual_seed(seed)
     model = ViT(**recipe["model"])  # the weights depend on the seed only
-    augment = recipe.get("augment")  # None: the dataset's standard augmentation
-    augment = functools.partial(AUGMENT[recipe["dataset"]], **augment) if augment else True
-    train, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed, augment=augment)
-    if subset is not None:
-        for loader in (train, test):
-            loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]
+    train, test = _recipe_loaders(recipe, batch_size, device, seed, subset)
     # "native": the step timed both ways here, once (its seconds count against the budget), not again in fit
     precision, trial = resolve_amp(settings.get("amp", "auto"), device, model, test, progress)
     fit_budget = None if budget is None else budget - (time.perf_counter() - started) - recipe["reserve"]
@@ -150,6 +146,17 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
     metrics["wall_seconds"] = round(time.perf_counter() - started, 1)
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _recipe_loaders(recipe, batch_size, device, seed, subset):
+    """(train, test) loaders with the recipe's augmentation; ``subset``: only the first images of each."""
+    augment = recipe.get("augment")  # None: the dataset's standard augmentation
+    augment = functools.partial(AUGMENT[recipe["dataset"]], **augment) if augment else True
+    train, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed, augment=augment)
+    if subset is not None:
+        for loader in (train, test):
+            loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]
+    return train, test
 
 
 def _budget(name, time_budget, epochs):
