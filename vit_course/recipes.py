@@ -41,9 +41,9 @@ RECIPES = {
     },
     # The same hybrid idea for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives the
     # locality a plain ViT needs 100+ epochs to learn. Flips only: half an hour is too short for crops to pay.
-    # amp="native": bf16 autocast on a CPU with bf16 instructions where a timed step says it is faster (loop.bf16_pays):
-    # 1.23x on an AMD EPYC, so more epochs fit; 0.54x on an Intel Xeon without AMX, which trains in float32. The MNIST
-    # model is too narrow for bf16 kernels to pay (0.67x and 0.43x: slower). All from
+    # amp="native": bf16 autocast on a CPU with bf16 instructions where a timed step says it is faster
+    # (precision.bf16_pays): 1.23x on an AMD EPYC, so more epochs fit; 0.54x on an Intel Xeon without AMX, which
+    # trains in float32. The MNIST model is too narrow for bf16 kernels to pay (0.67x and 0.43x: slower). All from
     # benchmarks/train_throughput.py --bf16 --record; three seeds each way on the AMD, with the earlier stem (64, 128),
     # in benchmarks/results/targets_cifar10-stem64-*.json.
     # Stem (32, 128), not (64, 128): its first conv is half as wide, so more epochs fit. In float32 with the budget
