@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from vit_course import CONFIGS, ViT, count_parameters, layer_attentions
 
@@ -107,3 +108,24 @@ def test_hybrid_stem_makes_tokens_from_a_feature_map():
                 stem_channels=(16, 32))
     assert model.grid_size == (8, 8)  # 32 / 2 / 2
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("stem_pool", [True, False])
+def test_stem_matches_conv_batchnorm_relu_by_hand(stem_pool):
+    """Each stage is conv3x3 -> BatchNorm -> ReLU, then a 3x3 max-pool of stride 2, or a stride-2 conv instead."""
+    torch.manual_seed(3)
+    model = ViT(image_size=16, patch_size=1, in_channels=3, num_classes=10, dim=32, depth=1, num_heads=2,
+                stem_channels=(8, 16), stem_pool=stem_pool).eval()
+    x = torch.randn(2, 3, 16, 16)
+    expected = x
+    for conv, norm in zip(*[[m for m in model.stem.modules() if isinstance(m, kind)]
+                            for kind in (torch.nn.Conv2d, torch.nn.BatchNorm2d)], strict=True):
+        with torch.no_grad():
+            norm.running_mean.uniform_(-0.5, 0.5), norm.running_var.uniform_(0.5, 2), norm.weight.uniform_(0.5, 2)
+        expected = F.conv2d(expected, conv.weight, stride=1 if stem_pool else 2, padding=1)
+        expected = (expected - norm.running_mean[:, None, None]) / (norm.running_var[:, None, None] + 1e-5).sqrt()
+        expected = F.relu(expected * norm.weight[:, None, None] + norm.bias[:, None, None])
+        expected = F.max_pool2d(expected, 3, stride=2, padding=1) if stem_pool else expected
+    with torch.no_grad():
+        assert torch.allclose(model.stem(x), expected, atol=1e-5)
+    assert model.grid_size == (4, 4) and count_parameters(**model.config) == n_params(model)

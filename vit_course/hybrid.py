@@ -10,17 +10,24 @@ from torch import nn
 
 
 class ConvStem(nn.Module):
-    """conv3x3 -> BatchNorm -> ReLU -> max-pool (stride 2) per stage, so the map shrinks by 2 per stage.
+    """A few stages, each halving the map: conv3x3 -> BatchNorm -> ReLU -> max-pool (stride 2), or with
+    ``pool=False`` a stride-2 conv3x3 -> BatchNorm -> ReLU (the convolutional stem of Xiao et al. 2021, "Early
+    Convolutions Help Transformers See Better").
+
+    The max-pool version convolves at the full resolution of its input, the strided one at the halved
+    resolution: a quarter of the multiply-adds for the same weights. For the cifar10 recipe on a 2-core CPU that
+    fitted 12.5 epochs in the time of 9.0, and ended no more accurate (benchmarks/results/ablate_cifar10.json).
 
     forward(images (b, C, H, W)) -> (b, channels[-1], H / 2^s, W / 2^s)
     """
 
-    def __init__(self, in_channels, channels):
+    def __init__(self, in_channels, channels, pool=True):
         super().__init__()
         layers = []
         for c_in, c_out in zip((in_channels, *channels[:-1]), channels, strict=True):
-            layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                       nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1)]
+            conv = nn.Conv2d(c_in, c_out, 3, stride=1 if pool else 2, padding=1, bias=False)
+            layers += [conv, nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            layers += [nn.MaxPool2d(3, stride=2, padding=1)] if pool else []
         self.layers = nn.Sequential(*layers)
         self.out_channels, self.reduction = channels[-1], 2 ** len(channels)
         # Channels-last (NHWC) memory: oneDNN's CPU convolutions, batch norms and max-pools are faster on it
@@ -31,15 +38,15 @@ class ConvStem(nn.Module):
         return self.layers(images.contiguous(memory_format=torch.channels_last))
 
 
-def hybrid_stem(in_channels, stem_channels, image_size):
-    """-> (stem, size of the map the patches are cut from, its channels).
+def hybrid_stem(in_channels, stem_channels, image_size, pool=True):
+    """-> (stem, size of the map the patches are cut from, its channels); ``pool``: see ``ConvStem``.
 
     No ``stem_channels``: ``nn.Identity()``, and patches are cut from the image itself.
     """
     height, width = image_size
     if not stem_channels:
         return nn.Identity(), (height, width), in_channels
-    stem = ConvStem(in_channels, tuple(stem_channels))
+    stem = ConvStem(in_channels, tuple(stem_channels), pool)
     if height % stem.reduction or width % stem.reduction:
         raise ValueError(f"image of {height}x{width} pixels: the conv stem needs sides divisible by {stem.reduction}")
     return stem, (height // stem.reduction, width // stem.reduction), stem.out_channels

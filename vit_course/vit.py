@@ -40,6 +40,7 @@ class ViT(nn.Module):
         qkv_bias: bias in the fused qkv projection
         stem_channels: channels of the hybrid's conv stem, e.g. (32, 64); patches are then cut from its
             feature map (use patch_size 1 there)
+        stem_pool: the stem halves its map by max-pooling (True) or by stride-2 convolutions (False)
         drop, attn_drop, drop_path, init_values: dropout, attention dropout, stochastic depth (rising
             linearly with depth), LayerScale initial value (None: off)
     forward(images (b, C, H, W)) -> logits (b, K). ``self.config`` holds the arguments, so a checkpoint
@@ -48,14 +49,14 @@ class ViT(nn.Module):
 
     def __init__(self, image_size=224, patch_size=16, in_channels=3, num_classes=1000, dim=768, depth=12,
                  num_heads=12, mlp_ratio=4.0, pool="cls", pos_embed="learned", class_token=None, qkv_bias=True,
-                 stem_channels=None, drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None):
+                 stem_channels=None, stem_pool=True, drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None):
         config = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         super().__init__()
         self.config = config  # the constructor's arguments, as nanoGPT keeps its GPTConfig
         class_token = check_options(pool, pos_embed, class_token, dim, num_heads)
         self.image_size, self.in_channels, self.pool = to_pair(image_size), in_channels, pool
         self.num_prefix_tokens = int(class_token)
-        self.stem, token_image, token_channels = hybrid_stem(in_channels, stem_channels, self.image_size)
+        self.stem, token_image, token_channels = hybrid_stem(in_channels, stem_channels, self.image_size, stem_pool)
         ### BEGIN SOLUTION
         self.patch_embed = PatchEmbedding(token_image, patch_size, token_channels, dim)  # (b, N, D)
         self.grid_size, num_patches = self.patch_embed.grid_size, self.patch_embed.num_patches
