@@ -152,7 +152,8 @@ def main(argv=None):
               f"= {achieved / now:.0%} of the matmul's {now:.1f} GFLOP/s measured around it")
         for flag, results in compared.items():
             function, what, _ = COMPARISONS[flag]
-            results.append(result := {**function(name, args.steps), "model": RECIPES[name]["model"]})  # what ran
+            results.append(result := {**function(name, args.steps), "model": RECIPES[name]["model"],  # what ran
+                                      "batch_size": RECIPES[name]["train"]["batch_size"]})
             first, second = (f"{v:.0f} ms" for k, v in result.items() if k.endswith("_ms"))
             print(f"{name}, {what} alternated: {first} vs {second}, the second {result['speedup']:.2f}x as fast "
                   f"(rounds {result['speedup_range'][0]:.2f}-{result['speedup_range'][1]:.2f}x)"

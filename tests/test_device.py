@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from vit_course import device
+from vit_course.results import _where
 
 
 def test_pick_threads(monkeypatch):
@@ -68,4 +69,13 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
         assert device.cpu_has_bf16() is expected, flags
     monkeypatch.setattr(device, "cpu_flags", lambda: (None, None))  # no /proc/cpuinfo: unknown
     assert device.cpu_has_bf16() is None
-    assert set(device.machine()) == {"cpu", "vector_isa", "bf16", "cores"}
+    assert set(device.machine()) == {"cpu", "vector_isa", "bf16", "amx", "cores"}
+    assert device.machine()["amx"] is None
+
+
+def test_machine_records_amx_and_the_tables_show_it(monkeypatch):
+    for flags, amx in (({"avx512f", "avx512_bf16"}, False), ({"avx512f", "avx512_bf16", "amx_bf16"}, True)):
+        monkeypatch.setattr(device, "cpu_flags", lambda flags=flags: ("Xeon", flags))
+        record = device.machine()
+        assert record["amx"] is amx and record["bf16"] is True
+        assert _where(record).endswith(", AMX") is amx, _where(record)

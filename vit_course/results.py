@@ -156,9 +156,10 @@ def measurement(name):
 
 
 def _where(machine):
-    """A run's recorded machine as 'AMD EPYC, AVX512', or 'not recorded'."""
+    """A run's recorded machine as 'AMD EPYC, AVX512' ('..., AVX512, AMX' with matrix tiles), or 'not recorded'."""
     machine = machine or {}
-    return ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa")) if v) or "not recorded"
+    amx = "AMX" if machine.get("amx") else None
+    return ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa"), amx) if v) or "not recorded"
 
 
 def _number(value):
