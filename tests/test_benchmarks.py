@@ -86,6 +86,9 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
     (tmp_path / "targets_mnist-wider.json").write_text((tmp_path / "targets_mnist.json").read_text())
     assert [row[0] for row in results.seed_rows(tmp_path)] == ["mnist", "mnist, wider"]  # an earlier version: after
     assert "No seed runs" in results.seeds_table(tmp_path / "empty")[0]
+    benchmark("targets").main(["mnist", "--seeds", "1", "--results", str(tmp_path / "one")], run=fake_run)
+    (row,) = results.seed_rows(tmp_path / "one")  # one seed has no spread: its accuracy and epochs alone
+    assert row[3:7] == ["1", "99.50% (one seed)", "291 s", "5.50"]
 
 
 @pytest.mark.parametrize("name", ["data_scaling", "finetune_resolution"])

@@ -113,8 +113,9 @@ def epochs_cell(metrics):
 def seed_rows(results=BENCHMARKS):
     """One row of strings per ``benchmarks/results/targets_NAME.json`` (the seeds of one recipe; ``SEEDS_HEADER``).
 
-    A file named ``targets_RECIPE-VARIANT.json`` holds seeds of an earlier version of the recipe, kept for
-    comparison: its row says 'RECIPE, VARIANT' and comes after the recipe's current seeds.
+    A file named ``targets_RECIPE-VARIANT.json`` holds seeds of an earlier version of the recipe, or of the
+    current one on another machine, kept for comparison: its row says 'RECIPE, VARIANT' and comes after the
+    recipe's own seeds. A single seed has no spread to show, so its row gives only its accuracy.
     """
     rows = []
     files = [(json.loads(path.read_text()), path.stem.removeprefix("targets_"))
@@ -127,8 +128,9 @@ def seed_rows(results=BENCHMARKS):
         rows.append([f"{r['recipe']}, {variant}" if variant else r["recipe"], kinds,
                      f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
                      f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
-                     f"{r['max_accuracy']:.2%})", f"{r['max_wall_seconds']:.0f} s",
-                     f"{epochs[0]:.2f} to {epochs[-1]:.2f}",
+                     f"{r['max_accuracy']:.2%})" if len(runs) > 1 else f"{r['mean_accuracy']:.2%} (one seed)",
+                     f"{r['max_wall_seconds']:.0f} s",
+                     f"{epochs[0]:.2f} to {epochs[-1]:.2f}" if len(runs) > 1 else f"{epochs[0]:.2f}",
                      _where(runs[0].get("machine"))])
     return rows
 
