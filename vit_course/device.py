@@ -37,13 +37,20 @@ def cpu_flags():
     return name, set(flags)
 
 
+BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # bfloat16 products in hardware: AVX-512 BF16, AMX
+
+
 def cpu_has_bf16():
     """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX); None where /proc/cpuinfo is missing.
 
     Without those instructions, bfloat16 autocast on the CPU is emulated and several times slower (chapter 09).
     """
-    flags = cpu_flags()[1]
-    return None if flags is None else bool({"avx512_bf16", "amx_bf16"} & flags)
+    return _any_of(cpu_flags()[1], BF16_FLAGS)
+
+
+def _any_of(flags, wanted):
+    """Whether ``flags`` (a set, or None where they could not be read) holds any of ``wanted``; None if unknown."""
+    return None if flags is None else bool(wanted & flags)
 
 
 def machine():
@@ -52,9 +59,10 @@ def machine():
     ``amx``: Intel's matrix tiles (Sapphire Rapids and later), where bfloat16 products are far faster than on
     AVX-512 BF16 alone; None where /proc/cpuinfo is missing.
     """
-    name, flags = cpu_flags()
-    return {"cpu": name, "vector_isa": torch.backends.cpu.get_cpu_capability(), "bf16": cpu_has_bf16(),
-            "amx": None if flags is None else "amx_bf16" in flags, "cores": os.cpu_count()}
+    name, flags = cpu_flags()  # read once, for both flags
+    return {"cpu": name, "vector_isa": torch.backends.cpu.get_cpu_capability(),
+            "bf16": _any_of(flags, BF16_FLAGS), "amx": _any_of(flags, {"amx_bf16"}),
+            "cores": os.cpu_count()}
 
 
 def cpu_times():

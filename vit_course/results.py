@@ -122,15 +122,16 @@ def seed_rows(results=BENCHMARKS):
              for path in Path(results).glob("targets_*.json")]
     for r, name in sorted(files, key=lambda file: (file[0]["recipe"], file[1] != file[0]["recipe"], file[1])):
         runs, target = r["runs"], r["target"]
+        spread = len(runs) > 1  # a single seed has none: its accuracy and epochs alone
         epochs = sorted(run["epochs"] for run in runs)
         kinds = ", ".join(sorted({precision(run) for run in runs}))
         variant = name.removeprefix(r["recipe"]).removeprefix("-")
         rows.append([f"{r['recipe']}, {variant}" if variant else r["recipe"], kinds,
                      f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)),
                      f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
-                     f"{r['max_accuracy']:.2%})" if len(runs) > 1 else f"{r['mean_accuracy']:.2%} (one seed)",
+                     f"{r['max_accuracy']:.2%})" if spread else f"{r['mean_accuracy']:.2%} (one seed)",
                      f"{r['max_wall_seconds']:.0f} s",
-                     f"{epochs[0]:.2f} to {epochs[-1]:.2f}" if len(runs) > 1 else f"{epochs[0]:.2f}",
+                     f"{epochs[0]:.2f} to {epochs[-1]:.2f}" if spread else f"{epochs[0]:.2f}",
                      _where(runs[0].get("machine"))])
     return rows
 
