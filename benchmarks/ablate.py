@@ -23,7 +23,7 @@ from pathlib import Path
 started = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vit_course import recipes  # noqa: E402
-from vit_course.files import write_json  # noqa: E402
+from vit_course.files import append_run  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -67,8 +67,7 @@ def main(argv=None):
     print(json.dumps(run))
     if args.record:
         path = args.results / f"ablate_{args.name}.json"
-        stored = json.loads(path.read_text()) if path.exists() else {"recipe": args.name, "runs": []}
-        write_json(path, {**stored, "runs": stored["runs"] + [run]})
+        append_run(path, run, recipe=args.name)
     return run
 
 

@@ -182,3 +182,35 @@ def test_compile_speedup_counts_the_first_compiled_step_and_alternates_after_it(
     assert not (tmp_path / "bf16_speedup.json").exists()  # only what was asked for is recorded
     runs = json.loads((tmp_path / "compile_speedup.json").read_text())["runs"]
     assert [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"] and "compile_seconds" in runs[0]["steps"][0]
+
+
+def test_short_schedule_low_res_forward_at_full_size_is_the_model_itself():
+    short = benchmark("short_schedule")
+    torch.manual_seed(0)
+    model = ViT(**RECIPES["cifar10"]["model"]).eval()
+    images = torch.randn(3, 3, 32, 32)
+    # factor 1: no pooling and the token centres at the grid's own integer positions, so the same positions table
+    assert torch.allclose(short.low_res_forward(model, images, 1), model(images), atol=1e-5)
+    assert short.low_res_forward(model, images, 2).shape == (3, 10)  # 16 px images: a 4 x 4 grid of tokens
+    table = short.sincos_at(torch.tensor([0.5, 2.5, 4.5, 6.5]), 128)  # the low grid's centres, full-grid units
+    assert table.shape == (1, 16, 128) and not torch.allclose(table, short.sincos_at(torch.arange(4.0), 128))
+
+
+@needs_data
+def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_model(tmp_path):
+    short = benchmark("short_schedule")
+    args = ["--low", "0.5", "--high", "0.5", "--ema", "0", "0.5", "--subset", "256", "--record",
+            "--results", str(tmp_path)]
+    run = short.main(args)
+    assert run["steps"] == 4 and run["low_seconds"] > 0 and run["high_seconds"] > 0  # 256 images: 4 batches of 64
+    assert run["ema"]["0.0"]["test_loss"] == pytest.approx(run["test_loss"], abs=1e-6)  # decay 0: the last weights
+    assert run["ema"]["0.5"]["test_loss"] != pytest.approx(run["test_loss"], abs=1e-6)
+    stored = json.loads((tmp_path / "short_schedule_cifar10.json").read_text())
+    assert stored["runs"][0]["low_epochs"] == 0.5 and stored["runs"][0]["machine"]["cores"] > 0
+    with pytest.raises(SystemExit):
+        short.main(["--ema", "1.0"])
+    mnist = short.main(["--recipe", "mnist", "--high", "1", "--subset", "256", "--record", "--results", str(tmp_path)])
+    assert mnist["steps"] == 2 and mnist["settings"]["model"]["in_channels"] == 1  # 256 images: 2 batches of 128
+    assert json.loads((tmp_path / "short_schedule_mnist.json").read_text())["recipe"] == "mnist"
+    with pytest.raises(ValueError, match="grid of 7 tokens"):  # MNIST's 7 x 7 grid has no 2 x 2 pooling
+        short.main(["--recipe", "mnist", "--low", "1", "--subset", "256"])

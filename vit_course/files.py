@@ -40,3 +40,11 @@ def write_text(path, text):
 def write_json(path, data):
     """Write ``data`` as indented JSON, atomically."""
     return write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def append_run(path, run, **header):
+    """Append ``run`` to the "runs" list of the JSON file ``path``, atomically; a new file starts as
+    ``{**header, "runs": []}`` (e.g. ``recipe="mnist"``). The benchmarks' ``--record`` goes through it."""
+    path = Path(path)
+    stored = json.loads(path.read_text()) if path.exists() else {**header, "runs": []}
+    return write_json(path, {**stored, "runs": stored["runs"] + [run]})
