@@ -214,3 +214,41 @@ def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_mode
     assert json.loads((tmp_path / "short_schedule_mnist.json").read_text())["recipe"] == "mnist"
     with pytest.raises(ValueError, match="grid of 7 tokens"):  # MNIST's 7 x 7 grid has no 2 x 2 pooling
         short.main(["--recipe", "mnist", "--low", "1", "--subset", "256"])
+
+
+class _FirstTwoColumns(torch.nn.Module):
+    """Logits of 2 classes read off row 0, columns 0 and 1: the mirror image shows it columns W-1 and W-2."""
+
+    def forward(self, x):  # (b, 1, 1, W) -> (b, 2)
+        return x[:, 0, 0, :2]
+
+
+def test_flip_tta_averages_the_probabilities_of_each_image_and_its_mirror():
+    tta = benchmark("flip_tta")
+    model, y = _FirstTwoColumns(), torch.tensor([0, 0])
+    # sample 1 reads logits (2, 0) -> class 0; its mirror (0, 0): probabilities (0.5, 0.5), so class 0 either way
+    x = torch.tensor([[1.0, 0.5, 0.0, 3.0], [2.0, 0.0, 0.0, 0.0]]).view(2, 1, 1, 4)
+    # sample 0 reads (1, 0.5): probabilities (0.62, 0.38); its mirror [3, 0, 0.5, 1] reads (3, 0): class 0 too
+    assert tta.flip_accuracies(model, [(x, y)]) == (1.0, 1.0)
+    x = torch.tensor([[1.0, 0.5, 3.0, 0.0], [2.0, 0.0, 0.0, 0.0]]).view(2, 1, 1, 4)
+    # now sample 0's mirror [0, 3, 0.5, 1] reads (0, 3): (0.05, 0.95), and the sum (0.67, 1.33) says class 1
+    assert tta.flip_accuracies(model, [(x, y)]) == (1.0, 0.5)
+    assert tta.flip_accuracies(model, [(x, torch.tensor([1, 0]))]) == (0.5, 1.0)
+
+
+def test_flip_tta_refuses_a_model_that_is_not_cifar10s(tmp_path):
+    save_checkpoint(tmp_path / "mnist.pt", ViT(**RECIPES["mnist"]["model"]))
+    with pytest.raises(ValueError, match="not a CIFAR-10 model"):
+        benchmark("flip_tta").measure(tmp_path / "mnist.pt")
+
+
+@needs_data
+def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / "model.pt", ViT(**RECIPES["cifar10"]["model"]), metrics={"epochs": 0, "seed": 0},
+                    recipe="cifar10")
+    runs = benchmark("flip_tta").main([str(tmp_path / "model.pt"), "--subset", "256", "--record", "--results",
+                                       str(tmp_path)])
+    stored = json.loads((tmp_path / "flip_tta.json").read_text())
+    assert stored["runs"] == runs and runs[0]["recipe"] == "cifar10" and runs[0]["machine"]["cores"] > 0
+    assert 0 <= runs[0]["test_accuracy"] <= 1 and 0 <= runs[0]["flip_accuracy"] <= 1

@@ -1,0 +1,78 @@
+"""Test-time flips, measured: a trained CIFAR-10 model's test accuracy on the images as they are, and with each
+image's class probabilities averaged with those of its mirror image (one more forward pass per test image).
+
+The cifar10 recipe trains on flipped images, so a mirrored test image is a view the model knows, and two views
+disagree where the model is unsure. No training recipe uses this yet: it is measured here first, on checkpoints
+that ``python -m vit_course train`` or ``benchmarks/ablate.py`` wrote. It adds nothing to training time; the final
+evaluation costs twice as much (a few seconds on a 2-core CPU).
+
+    python benchmarks/flip_tta.py vit_course/checkpoints/cifar10/model.pt runs/ablate/cifar10-10ep/model.pt --record
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vit_course.batches import loaders  # noqa: E402
+from vit_course.checkpoint import load_checkpoint  # noqa: E402
+from vit_course.device import machine  # noqa: E402
+from vit_course.files import append_run  # noqa: E402
+from vit_course.train import eval_mode  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def flip_accuracies(model, batches):
+    """-> (accuracy on the images, accuracy of the probabilities averaged with the mirror images'), both 0..1."""
+    plain = flipped = count = 0
+    with eval_mode(model), torch.no_grad():
+        for x, y in batches:  # x (b, C, H, W), y (b,)
+            probs = model(x).float().softmax(dim=-1)  # (b, classes)
+            both = probs + model(x.flip(-1)).float().softmax(dim=-1)  # (b, classes): W is the last axis
+            plain += (probs.argmax(dim=-1) == y).sum().item()
+            flipped += (both.argmax(dim=-1) == y).sum().item()
+            count += len(y)
+    if count == 0:
+        raise ValueError("flip_accuracies got no batches")
+    return plain / count, flipped / count
+
+
+def measure(path, subset=None):
+    """One checkpoint: -> dict of its path, recipe, epochs and both accuracies."""
+    model, checkpoint = load_checkpoint(path)
+    recipe = checkpoint.get("recipe")
+    if checkpoint["config"].get("in_channels") != 3 or checkpoint["config"].get("num_classes") != 10:
+        raise ValueError(f"{path} is not a CIFAR-10 model (config {checkpoint['config']}); a mirrored digit is "
+                         "another symbol, so flips are for CIFAR-10 only")
+    _, test = loaders("cifar10", 256, augment=False)
+    if subset is not None:
+        test.images, test.labels = test.images[:subset], test.labels[:subset]
+    plain, flipped = flip_accuracies(model, test)
+    return {"checkpoint": str(path), "recipe": recipe, "epochs": checkpoint["metrics"].get("epochs"),
+            "seed": checkpoint["metrics"].get("seed"), "test_accuracy": plain, "flip_accuracy": flipped,
+            "gain": round(flipped - plain, 6)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoints", nargs="+", type=Path)
+    parser.add_argument("--subset", type=int, default=None, help="only the first test images (for quick tests)")
+    parser.add_argument("--record", action="store_true", help="append each to RESULTS/flip_tta.json")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    runs = []
+    for path in args.checkpoints:
+        run = {**measure(path, args.subset), "threads": torch.get_num_threads(), "machine": machine()}
+        print(json.dumps(run), flush=True)
+        if args.record:
+            append_run(args.results / "flip_tta.json", run, recipe="cifar10")
+        runs.append(run)
+    return runs
+
+
+if __name__ == "__main__":
+    main()
