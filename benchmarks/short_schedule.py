@@ -32,7 +32,7 @@ from vit_course import ViT  # noqa: E402
 from vit_course.batches import AUGMENT, loaders  # noqa: E402
 from vit_course.device import machine  # noqa: E402
 from vit_course.files import append_run  # noqa: E402
-from vit_course.patches import patchify  # noqa: E402
+from vit_course.patches import patchify, sincos_position_embedding  # noqa: E402
 from vit_course.recipes import RECIPES  # noqa: E402
 from vit_course.train import evaluate, param_groups, warmup_cosine  # noqa: E402
 from vit_course.vit import pool_tokens  # noqa: E402
@@ -40,21 +40,14 @@ from vit_course.vit import pool_tokens  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def sincos_at(coords, dim, temperature=10000.0):
-    """``patches.sincos_position_embedding`` at fractional coordinates: (n,) -> (1, n*n, dim), rows first."""
-    y, x = torch.meshgrid(coords, coords, indexing="ij")
-    omega = 1.0 / temperature ** (torch.arange(dim // 4) / max(dim // 4 - 1, 1))  # (dim/4,)
-    y, x = y.flatten()[:, None] * omega, x.flatten()[:, None] * omega  # (n*n, dim/4)
-    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)[None]
-
-
 def low_res_forward(model, images, factor):
     """The hybrid ``model`` on images average-pooled by ``factor``: (b, C, H, W) -> logits (b, classes)."""
     small = F.avg_pool2d(images, factor)  # (b, C, H/f, W/f)
     grid = model.grid_size[0] // factor
-    centres = torch.arange(grid, dtype=torch.float32) * factor + (factor - 1) / 2  # in the full grid's units
     tokens = model.patch_embed.proj(patchify(model.stem(small), 1))  # (b, grid*grid, D)
-    tokens = tokens + sincos_at(centres, tokens.shape[-1]).to(tokens)
+    # each token at the centre of the full grid's cells it covers, in the full grid's units
+    table = sincos_position_embedding(grid, tokens.shape[-1], start=(factor - 1) / 2, step=factor)  # (grid*grid, D)
+    tokens = tokens + table.to(tokens)
     for block in model.blocks:
         tokens = block(tokens)
     return model.head(pool_tokens(model.norm(tokens), "mean", 0))
@@ -84,8 +77,8 @@ def train(low, high, decays, seed=0, subset=None, factor=2, name="cifar10"):
     per_epoch = len(train_loader)
     low_steps, total = round(low * per_epoch), round((low + high) * per_epoch)
     warmup = round(settings["warmup_epochs"] * per_epoch)
-    averages = {decay: {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
-                for decay in decays}
+    live = model.state_dict()  # references to the tensors that the optimizer and BatchNorm update in place
+    averages = {decay: {k: v.detach().clone() for k, v in live.items() if v.is_floating_point()} for decay in decays}
     step, seconds = 0, [0.0, 0.0]
     while step < total:
         for x, y in train_loader:
@@ -99,10 +92,9 @@ def train(low, high, decays, seed=0, subset=None, factor=2, name="cifar10"):
             loss.backward()
             optimizer.step()
             with torch.no_grad():
-                state = model.state_dict()
                 for decay, average in averages.items():
                     for key, value in average.items():
-                        value.mul_(decay).add_(state[key], alpha=1 - decay)
+                        value.mul_(decay).add_(live[key], alpha=1 - decay)
             seconds[step >= low_steps] += time.perf_counter() - tick
             step += 1
             if step == total:

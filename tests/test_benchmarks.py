@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_course import ViT, save_checkpoint
+from vit_course import ViT, save_checkpoint, sincos_position_embedding
 from vit_course.recipes import RECIPES
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -192,8 +192,8 @@ def test_short_schedule_low_res_forward_at_full_size_is_the_model_itself():
     # factor 1: no pooling and the token centres at the grid's own integer positions, so the same positions table
     assert torch.allclose(short.low_res_forward(model, images, 1), model(images), atol=1e-5)
     assert short.low_res_forward(model, images, 2).shape == (3, 10)  # 16 px images: a 4 x 4 grid of tokens
-    table = short.sincos_at(torch.tensor([0.5, 2.5, 4.5, 6.5]), 128)  # the low grid's centres, full-grid units
-    assert table.shape == (1, 16, 128) and not torch.allclose(table, short.sincos_at(torch.arange(4.0), 128))
+    table = sincos_position_embedding(4, 128, start=0.5, step=2)  # the low grid's centres 0.5, 2.5, 4.5, 6.5
+    assert table.shape == (16, 128) and not torch.allclose(table, sincos_position_embedding(4, 128))
 
 
 @needs_data

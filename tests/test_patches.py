@@ -93,3 +93,9 @@ def test_sincos_rows_and_columns():
     assert not torch.allclose(pe[0, 0], pe[0, 1])
     with pytest.raises(ValueError, match="30"):
         sincos_position_embedding(4, 30)
+
+
+def test_sincos_start_and_step_place_a_coarse_grid_inside_a_fine_one():
+    fine = sincos_position_embedding(8, 32).reshape(8, 8, 32)
+    coarse = sincos_position_embedding(4, 32, start=1.0, step=2).reshape(4, 4, 32)
+    assert torch.allclose(coarse, fine[1::2, 1::2], atol=1e-6)  # positions 1, 3, 5, 7 of the fine grid

@@ -111,16 +111,19 @@ def add_class_token_and_position(tokens, cls_token, pos_embed):
     return tokens + pos_embed  # (b, N+1, D)
 
 
-def sincos_position_embedding(grid, dim, temperature=10000.0):
+def sincos_position_embedding(grid, dim, temperature=10000.0, start=0.0, step=1.0):
     """Fixed 2D sin-cos position embeddings (Beyer et al. 2022): (gh*gw, dim), rows first.
 
     A quarter of the features encode the column with sines, a quarter with cosines, and the
-    same for the row, at frequencies spaced geometrically from 1 to 1/temperature.
+    same for the row, at frequencies spaced geometrically from 1 to 1/temperature. Row and column
+    i sit at position start + step * i (default: i); e.g. a coarser grid's tokens at their centres
+    in a finer grid's units.
     """
     gh, gw = to_pair(grid)
     if dim % 4:
         raise ValueError(f"2D sin-cos position embeddings need dim divisible by 4, got {dim}")
-    y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float32), torch.arange(gw, dtype=torch.float32), indexing="ij")
+    rows, cols = (start + step * torch.arange(n, dtype=torch.float32) for n in (gh, gw))
+    y, x = torch.meshgrid(rows, cols, indexing="ij")
     omega = 1.0 / temperature ** (torch.arange(dim // 4) / max(dim // 4 - 1, 1))  # (dim/4,)
     y = y.flatten()[:, None] * omega[None, :]  # (gh*gw, dim/4)
     x = x.flatten()[:, None] * omega[None, :]
