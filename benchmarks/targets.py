@@ -37,6 +37,7 @@ def run_once(name, seed, out):
     wall = time.perf_counter() - started
     metrics = json.loads((Path(out) / "metrics.json").read_text())
     return {"seed": seed, "test_accuracy": metrics["test_accuracy"], "wall_seconds": round(wall, 1),
+            "test_accuracy_one_view": metrics.get("test_accuracy_one_view", metrics["test_accuracy"]),
             "epochs": metrics["epochs"], "precision": metrics.get("precision", "fp32"),
             "threads": metrics.get("threads"), "thread_changes": metrics.get("thread_changes", []),
             "load_before": round(load, 2),

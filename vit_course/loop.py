@@ -1,8 +1,9 @@
 """The training loop (chapters 06-07): ``fit`` and the clock and schedule it follows.
 
 ``fit`` is AdamW (no weight decay on norms, biases, tokens and position embeddings), linear warmup then cosine
-decay per step, label smoothing, an evaluation after every epoch, progress bars, an optional time budget, and
-atomic checkpoints after every epoch that a run can resume from (``--resume``).
+decay per step, label smoothing, an evaluation after every epoch (optionally with test-time flips at the last),
+progress bars, an optional time budget, and atomic checkpoints after every epoch that a run can resume from
+(``--resume``).
 """
 
 import itertools
@@ -17,7 +18,7 @@ from tqdm.auto import tqdm
 from .checkpoint import read_checkpoint, save_checkpoint
 from .device import pick_device
 from .precision import amp_settings, resolve_amp
-from .train import evaluate, param_groups, train_step, warmup_cosine
+from .train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
 HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
 
@@ -26,11 +27,12 @@ class Clock:
     """A run's seconds, across resumed stretches, and what is left of an optional time budget.
 
     The budget covers the training steps and the final evaluation, whose cost is estimated from the last
-    evaluation, or before there is one from the step time (a test batch costs about a third of a step).
+    evaluation, or before there is one from the step time (a test batch costs about a third of a step), times
+    ``final_passes``: the forward passes per test image of the final evaluation (2 with test-time flips).
     """
 
-    def __init__(self, budget=None, spent=0.0):
-        self.budget, self.started = budget, time.perf_counter() - spent
+    def __init__(self, budget=None, spent=0.0, final_passes=1):
+        self.budget, self.started, self.final_passes = budget, time.perf_counter() - spent, final_passes
         self.eval_seconds, self.step_seconds = None, 0.0
 
     def elapsed(self):
@@ -43,8 +45,8 @@ class Clock:
         """Seconds left for training steps, the final evaluation set aside (inf without a budget)."""
         if self.budget is None:
             return math.inf
-        reserve = self.eval_seconds if self.eval_seconds is not None else 0.5 * self.step_seconds * test_batches
-        return self.budget - reserve - self.elapsed()
+        one_pass = self.eval_seconds if self.eval_seconds is not None else 0.5 * self.step_seconds * test_batches
+        return self.budget - self.final_passes * one_pass - self.elapsed()
 
     def position(self, step, total_steps, test_batches):
         """Where the schedule stands: -> (step, total steps) for ``warmup_cosine``.
@@ -119,7 +121,7 @@ class Schedule:
 
 def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_epochs, label_smoothing,
         min_lr=0.0, device=None, amp="auto", time_budget=None, checkpoint=None, resume=False, seed=0,
-        progress=True, on_step=None, run_info=None):
+        progress=True, on_step=None, run_info=None, test_flips=False):
     """Train ``model`` with AdamW and a per-step warmup-cosine schedule; evaluate after every epoch.
 
     Args:
@@ -135,7 +137,10 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
             with ``resume=True`` and that file present, training continues after its last epoch
         on_step: called with no arguments after every step (e.g. a ``device.ThreadWatch``)
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
-    Returns the history: dict of lists epoch, train_loss, test_loss, test_acc, lr, seconds (cumulative).
+        test_flips: the last evaluation also averages each test image's class probabilities with its mirror
+            image's (``train.evaluate_flips``), and the budget keeps time for its second pass
+    Returns the history: dict of lists epoch, train_loss, test_loss, test_acc, lr, seconds (cumulative); with
+    test_flips also flip_acc, the last evaluation's accuracy with flips (a number; test_acc stays one view).
     KeyboardInterrupt: the model is left in eval mode with the weights of the last step, the checkpoint
     file keeps the last finished epoch, and the interrupt is re-raised.
     """
@@ -154,27 +159,34 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
         history, start, step, spent = _resume(checkpoint, model, optimizer, progress)
     if hasattr(train_loader, "set_epoch"):
         train_loader.set_epoch(start)
-    clock = Clock(time_budget, spent)
+    clock = Clock(time_budget, spent, final_passes=2 if test_flips else 1)
     try:
         for epoch in itertools.count(start) if epochs is None else range(start, epochs):
             losses, current_lr, step = _train_epoch(
                 model, train_loader, optimizer, schedule, clock, step, label_smoothing=label_smoothing,
                 autocast=autocast, scaler=scaler, desc=f"epoch {epoch + 1}/{epochs or '(budget)'}", progress=progress,
                 on_step=on_step, test_batches=len(test_loader))
-            test_loss, test_acc = _evaluate_timed(model, test_loader, autocast, clock)
+            last = epoch + 1 == epochs or clock.left(len(test_loader)) <= 0
+            test_loss, test_acc, flip_acc = _evaluate_timed(model, test_loader, autocast, clock, test_flips and last)
+            if flip_acc is not None:
+                history["flip_acc"] = round(flip_acc, 6)
             done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch
             _record(history, epoch=done, train_loss=sum(losses) / max(len(losses), 1), test_loss=test_loss,
                     test_acc=test_acc, lr=current_lr, seconds=clock.elapsed(), progress=progress)
             if checkpoint is not None:
                 save_checkpoint(checkpoint, model, history=history, optimizer=optimizer, epoch=epoch + 1, step=step,
                                 seconds=history["seconds"][-1], rng=torch.get_rng_state(), **(run_info or {}))
-            if clock.left(len(test_loader)) <= 0:
+            if last or clock.left(len(test_loader)) <= 0:
                 break
     except KeyboardInterrupt:
         model.eval()
         if progress:
             tqdm.write(f"interrupted; the last finished epoch is in {checkpoint}" if checkpoint else "interrupted")
         raise
+    if test_flips and "flip_acc" not in history:  # the last evaluation left the budget spent before it knew
+        history["flip_acc"] = round(_evaluate_timed(model, test_loader, autocast, clock, True)[2], 6)
+    if test_flips and progress:
+        tqdm.write(f"with test-time flips (each image and its mirror): test acc {history['flip_acc']:.2%}")
     model.eval()
     return history
 
@@ -185,12 +197,13 @@ def _check_not_empty(loader):
                          f"with batch size {getattr(loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
 
 
-def _evaluate_timed(model, test_loader, autocast, clock):
-    """``evaluate`` (under autocast if any), its time recorded on the clock: -> (test loss, test accuracy)."""
+def _evaluate_timed(model, test_loader, autocast, clock, flips=False):
+    """``evaluate`` (``evaluate_flips`` with flips) under autocast if any, the seconds of one pass recorded on the
+    clock: -> (test loss, test accuracy, accuracy with flips or None)."""
     tick = time.perf_counter()
     with autocast or nullcontext():
-        result = evaluate(model, test_loader)
-    clock.eval_seconds = time.perf_counter() - tick
+        result = evaluate_flips(model, test_loader) if flips else (*evaluate(model, test_loader), None)
+    clock.eval_seconds = (time.perf_counter() - tick) / (2 if flips else 1)
     return result
 
 

@@ -62,7 +62,7 @@ RECIPES = {
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=2, num_heads=4,
                       mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(32, 128)),
         "train": dict(epochs=None, batch_size=64, lr=1.5e-3, weight_decay=0.05, warmup_epochs=0.5,
-                      label_smoothing=0.1, min_lr=1e-5, amp="native"),
+                      label_smoothing=0.1, min_lr=1e-5, amp="native", test_flips=True),
         "augment": dict(padding=0),  # keywords for batches.cifar_augment: no crop, flips only
         "time_budget": 1775,
         "reserve": 10,
@@ -136,7 +136,10 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
                   seed=seed, progress=progress, resume=resume, on_step=watch, run_info=run_info,
                   **{**settings, "amp": precision or "off"})
     metrics = {
-        "recipe": name, "dataset": recipe["dataset"], "test_accuracy": history["test_acc"][-1],
+        "recipe": name, "dataset": recipe["dataset"],
+        # the recipe's prediction: with test_flips, each image's probabilities averaged with its mirror image's
+        "test_accuracy": history.get("flip_acc", history["test_acc"][-1]),
+        "test_accuracy_one_view": history["test_acc"][-1], "test_flips": settings.get("test_flips", False),
         "test_loss": history["test_loss"][-1], "epochs": history["epoch"][-1], "planned_epochs": settings["epochs"],
         "train_seconds": round(history["seconds"][-1], 1), "params": sum(p.numel() for p in model.parameters()),
         "device": str(device), "precision": precision or "fp32", "bf16_trial": trial,

@@ -88,4 +88,29 @@ def evaluate(model, batches):
     return total_loss / count, correct / count
 
 
-__all__ = ["eval_mode", "evaluate", "param_groups", "train_step", "warmup_cosine"]
+@torch.no_grad()
+def evaluate_flips(model, batches):
+    """``evaluate``, and the accuracy with each image's class probabilities averaged with its mirror image's.
+
+    A model trained on left-right flips knows both views of a test image; where it is unsure, they disagree, and
+    their average decides (test-time augmentation; benchmarks/flip_tta.py measures it). One more forward pass
+    per image. For images whose mirror is the same class (CIFAR-10, not digits).
+    -> (mean cross-entropy, accuracy, flip accuracy), the first two of the images as they are, all 0..1 but the loss
+    """
+    device = next(model.parameters()).device
+    total_loss, correct, flip_correct, count = 0.0, 0, 0, 0
+    with eval_mode(model):
+        for x, y in batches:
+            x, y = x.to(device), y.to(device)  # x (b, C, H, W): W, the last axis, is left-right
+            logits = model(x).float()  # (b, classes)
+            both = logits.softmax(dim=-1) + model(x.flip(-1)).float().softmax(dim=-1)  # (b, classes)
+            total_loss += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y).sum().item()
+            flip_correct += (both.argmax(dim=1) == y).sum().item()
+            count += len(y)
+    if count == 0:
+        raise ValueError("evaluate_flips got no batches")
+    return total_loss / count, correct / count, flip_correct / count
+
+
+__all__ = ["eval_mode", "evaluate", "evaluate_flips", "param_groups", "train_step", "warmup_cosine"]
