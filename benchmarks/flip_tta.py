@@ -2,9 +2,10 @@
 image's class probabilities averaged with those of its mirror image (one more forward pass per test image).
 
 The cifar10 recipe trains on flipped images, so a mirrored test image is a view the model knows, and two views
-disagree where the model is unsure. No training recipe uses this yet: it is measured here first, on checkpoints
-that ``python -m vit_course train`` or ``benchmarks/ablate.py`` wrote. It adds nothing to training time; the final
-evaluation costs twice as much (a few seconds on a 2-core CPU).
+disagree where the model is unsure. This measured the gain on checkpoints that ``python -m vit_course train`` or
+``benchmarks/ablate.py`` wrote, before the cifar10 recipe's final evaluation took it up (``test_flips``, through the
+same ``vit_course.train.evaluate_flips``). It adds nothing to training time; the final evaluation costs twice as
+much (a few seconds on a 2-core CPU).
 
     python benchmarks/flip_tta.py vit_course/checkpoints/cifar10/model.pt runs/ablate/cifar10-10ep/model.pt --record
 """
@@ -21,24 +22,9 @@ from vit_course.batches import loaders  # noqa: E402
 from vit_course.checkpoint import load_checkpoint  # noqa: E402
 from vit_course.device import machine  # noqa: E402
 from vit_course.files import append_run  # noqa: E402
-from vit_course.train import eval_mode  # noqa: E402
+from vit_course.train import evaluate_flips  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def flip_accuracies(model, batches):
-    """-> (accuracy on the images, accuracy of the probabilities averaged with the mirror images'), both 0..1."""
-    plain = flipped = count = 0
-    with eval_mode(model), torch.no_grad():
-        for x, y in batches:  # x (b, C, H, W), y (b,)
-            probs = model(x).float().softmax(dim=-1)  # (b, classes)
-            both = probs + model(x.flip(-1)).float().softmax(dim=-1)  # (b, classes): W is the last axis
-            plain += (probs.argmax(dim=-1) == y).sum().item()
-            flipped += (both.argmax(dim=-1) == y).sum().item()
-            count += len(y)
-    if count == 0:
-        raise ValueError("flip_accuracies got no batches")
-    return plain / count, flipped / count
 
 
 def measure(path, subset=None):
@@ -51,7 +37,7 @@ def measure(path, subset=None):
     _, test = loaders("cifar10", 256, augment=False)
     if subset is not None:
         test.images, test.labels = test.images[:subset], test.labels[:subset]
-    plain, flipped = flip_accuracies(model, test)
+    _, plain, flipped = evaluate_flips(model, test)
     return {"checkpoint": str(path), "recipe": recipe, "epochs": checkpoint["metrics"].get("epochs"),
             "seed": checkpoint["metrics"].get("seed"), "test_accuracy": plain, "flip_accuracy": flipped,
             "gain": round(flipped - plain, 6)}

@@ -89,6 +89,13 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
     benchmark("targets").main(["mnist", "--seeds", "1", "--results", str(tmp_path / "one")], run=fake_run)
     (row,) = results.seed_rows(tmp_path / "one")  # one seed has no spread: its accuracy and epochs alone
     assert row[3:7] == ["1", "99.50% (one seed)", "291 s", "5.50"]
+    flipped = benchmark("targets").main(  # a recipe whose final evaluation averaged mirror images says so
+        ["cifar10", "--runs", "2", "--results", str(tmp_path / "flips")],
+        run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": [0.81, 0.82][seed],
+                                     "test_accuracy_one_view": [0.80, 0.81][seed]})
+    assert flipped["mean_accuracy"] == pytest.approx(0.815)
+    (row,) = results.seed_rows(tmp_path / "flips")
+    assert row[4] == "81.50% ± 0.71% (81.00% to 82.00%) with test-time flips; one view 80.50% ± 0.71%"
 
 
 @pytest.mark.parametrize("name", ["data_scaling", "finetune_resolution"])
@@ -214,26 +221,6 @@ def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_mode
     assert json.loads((tmp_path / "short_schedule_mnist.json").read_text())["recipe"] == "mnist"
     with pytest.raises(ValueError, match="grid of 7 tokens"):  # MNIST's 7 x 7 grid has no 2 x 2 pooling
         short.main(["--recipe", "mnist", "--low", "1", "--subset", "256"])
-
-
-class _FirstTwoColumns(torch.nn.Module):
-    """Logits of 2 classes read off row 0, columns 0 and 1: the mirror image shows it columns W-1 and W-2."""
-
-    def forward(self, x):  # (b, 1, 1, W) -> (b, 2)
-        return x[:, 0, 0, :2]
-
-
-def test_flip_tta_averages_the_probabilities_of_each_image_and_its_mirror():
-    tta = benchmark("flip_tta")
-    model, y = _FirstTwoColumns(), torch.tensor([0, 0])
-    # sample 1 reads logits (2, 0) -> class 0; its mirror (0, 0): probabilities (0.5, 0.5), so class 0 either way
-    x = torch.tensor([[1.0, 0.5, 0.0, 3.0], [2.0, 0.0, 0.0, 0.0]]).view(2, 1, 1, 4)
-    # sample 0 reads (1, 0.5): probabilities (0.62, 0.38); its mirror [3, 0, 0.5, 1] reads (3, 0): class 0 too
-    assert tta.flip_accuracies(model, [(x, y)]) == (1.0, 1.0)
-    x = torch.tensor([[1.0, 0.5, 3.0, 0.0], [2.0, 0.0, 0.0, 0.0]]).view(2, 1, 1, 4)
-    # now sample 0's mirror [0, 3, 0.5, 1] reads (0, 3): (0.05, 0.95), and the sum (0.67, 1.33) says class 1
-    assert tta.flip_accuracies(model, [(x, y)]) == (1.0, 0.5)
-    assert tta.flip_accuracies(model, [(x, torch.tensor([1, 0]))]) == (0.5, 1.0)
 
 
 def test_flip_tta_refuses_a_model_that_is_not_cifar10s(tmp_path):

@@ -52,11 +52,15 @@ def test_the_gpu_recipe_runs_on_the_cpu_too(tmp_path):
 @pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 @pytest.mark.parametrize("pays", [True, False])
 def test_the_cifar10_recipe_records_the_precision_its_timed_step_chose(tmp_path, monkeypatch, pays):
+    import vit_course.loop
     import vit_course.precision
 
     trial = {"fp32_ms": 200.0, "bf16_ms": 100.0 if pays else 400.0, "bf16": pays}
     monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: True)  # amp="native" times the step
     monkeypatch.setattr(vit_course.precision, "bf16_pays", lambda model, x, y: trial)
+    flips = vit_course.loop.evaluate_flips  # its accuracy with flips made unmistakable
+    monkeypatch.setattr(vit_course.loop, "evaluate_flips",
+                        lambda model, batches: (*flips(model, batches)[:2], 0.123457))
     out = tmp_path / "run"
     assert main(["train", "cifar10", "--epochs", "1", "--subset", "256", "--out", str(out), "--device", "cpu",
                  "--no-progress", "--threads", "2"]) == 0
@@ -64,6 +68,9 @@ def test_the_cifar10_recipe_records_the_precision_its_timed_step_chose(tmp_path,
     assert metrics["precision"] == ("bf16" if pays else "fp32") and metrics["bf16_trial"] == trial
     _, state = load_checkpoint(out / "model.pt")
     assert state["settings"]["amp"] == "native"  # the recipe's setting, so --resume still matches it
+    # the headline is the recipe's prediction (each image with its mirror), the one-view accuracy beside it
+    assert metrics["test_flips"] and metrics["test_accuracy"] == state["history"]["flip_acc"] == 0.123457
+    assert metrics["test_accuracy_one_view"] == state["history"]["test_acc"][-1] != 0.123457
 
 
 def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_course.results import epochs_cell
+from vit_course.results import accuracy_cell, epochs_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,7 +17,7 @@ def test_results_table_matches_shipped_metrics(name):
     row = next(line for line in (ROOT / "README.md").read_text().splitlines()
                if f"`python -m vit_course train {name}`" in line and line.startswith("|"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2] == f"{metrics['test_accuracy']:.2%}"
+    assert cells[2] == accuracy_cell(metrics)
     assert cells[3] == epochs_cell(metrics)
     assert cells[4] == f"{metrics['train_seconds']:.0f} s"
     assert cells[5] == f"{metrics['params']:,}"
@@ -26,6 +26,14 @@ def test_results_table_matches_shipped_metrics(name):
 def test_epochs_cell_says_whether_the_epochs_were_planned_or_filled_the_budget():
     assert epochs_cell({"epochs": 3.0, "planned_epochs": 3}) == "3.00 of 3"
     assert epochs_cell({"epochs": 7.456, "planned_epochs": None}) == "7.46 (as many as the budget held)"
+
+
+def test_accuracy_cell_names_test_time_flips_and_gives_the_one_view_accuracy_beside():
+    assert accuracy_cell({"test_accuracy": 0.99356}) == "99.36%"
+    assert accuracy_cell({"test_accuracy": 0.99356, "test_flips": False, "test_accuracy_one_view": 0.99356}) == "99.36%"
+    flips = {"test_accuracy": 0.8156, "test_flips": True, "test_accuracy_one_view": 0.8108}
+    assert accuracy_cell(flips) == "81.56% with test-time flips (81.08% one view)"
+    assert accuracy_cell(flips, lambda f: f"{100 * f:.1f} %") == "81.6 % with test-time flips (81.1 % one view)"
 
 
 def test_readme_quick_start_is_make_book_and_make_test():

@@ -16,7 +16,7 @@ from vit_course.data import DATASETS, load
 from vit_course.loop import fit
 from vit_course.precision import amp_dtype, amp_settings, bf16_pays, resolve_amp
 from vit_course.recipes import full_config
-from vit_course.train import evaluate, param_groups, train_step, warmup_cosine
+from vit_course.train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
 TINY = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
             mlp_ratio=2.0, pool="mean", pos_embed="sincos")
@@ -83,6 +83,61 @@ def test_evaluate_loss_accuracy_and_mode():
     model.eval()
     evaluate(model, batches)
     assert not model.training
+
+
+class _FirstTwoColumns(nn.Module):
+    """Logits of 2 classes read off row 0, columns 0 and 1: the mirror image shows it columns W-1 and W-2."""
+
+    def forward(self, x):  # (b, 1, 1, W) -> (b, 2)
+        return x[:, 0, 0, :2]
+
+
+def _flip_accuracies(model, x, y):
+    _, plain, flipped = evaluate_flips(model, [(x, y)])
+    return plain, flipped
+
+
+def test_evaluate_flips_averages_the_probabilities_of_each_image_and_its_mirror():
+    model, y = _FirstTwoColumns(), torch.tensor([0, 0])
+    model.weight = nn.Parameter(torch.zeros(1))  # evaluate_flips finds the device from a parameter
+    # sample 1 reads logits (2, 0) -> class 0; its mirror (0, 0): probabilities (0.5, 0.5), so class 0 either way
+    x = torch.tensor([[1.0, 0.5, 0.0, 3.0], [2.0, 0.0, 0.0, 0.0]]).view(2, 1, 1, 4)
+    # sample 0 reads (1, 0.5): probabilities (0.62, 0.38); its mirror [3, 0, 0.5, 1] reads (3, 0): class 0 too
+    assert _flip_accuracies(model, x, y) == (1.0, 1.0)
+    x = torch.tensor([[1.0, 0.5, 3.0, 0.0], [2.0, 0.0, 0.0, 0.0]]).view(2, 1, 1, 4)
+    # now sample 0's mirror [0, 3, 0.5, 1] reads (0, 3): (0.05, 0.95), and the sum (0.67, 1.33) says class 1
+    assert _flip_accuracies(model, x, y) == (1.0, 0.5)
+    assert _flip_accuracies(model, x, torch.tensor([1, 0])) == (0.5, 1.0)
+    loss, acc = evaluate(model, [(x, y)])
+    assert evaluate_flips(model, [(x, y)])[:2] == (loss, acc)  # the one-view numbers are evaluate's
+    with pytest.raises(ValueError, match="no batches"):
+        evaluate_flips(model, [])
+
+
+@needs_data
+def test_fit_with_test_flips_evaluates_the_last_epoch_with_flips_inside_its_budget(mnist):
+    from vit_course.loop import Clock
+
+    clock = Clock(100.0, final_passes=2)
+    clock.eval_seconds = 5.0
+    assert clock.left(1) == pytest.approx(100.0 - 2 * 5.0 - clock.elapsed(), abs=0.1)  # two passes kept aside
+    runs = {}
+    for flips in (False, True):
+        torch.manual_seed(0)
+        model = ViT(**TINY)
+        runs[flips] = fit(model, mnist_loader(mnist, n=128, batch_size=32), mnist_loader(mnist, n=64, shuffle=False),
+                          epochs=2, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, amp="off",
+                          progress=False, test_flips=flips)
+    assert "flip_acc" not in runs[False]
+    assert runs[True]["test_acc"] == runs[False]["test_acc"]  # the curves stay one view: flips only change the end
+    model.eval()
+    assert runs[True]["flip_acc"] == pytest.approx(evaluate_flips(model, mnist_loader(mnist, n=64, shuffle=False))[2],
+                                                   abs=1e-6)
+    torch.manual_seed(0)
+    budget_cut = fit(ViT(**TINY), mnist_loader(mnist, n=512, batch_size=16), mnist_loader(mnist, n=64, shuffle=False),
+                     epochs=None, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, time_budget=1e-9,
+                     progress=False, test_flips=True)
+    assert len(budget_cut["epoch"]) == 1 and 0 <= budget_cut["flip_acc"] <= 1  # a budget's end is the last epoch
 
 
 @needs_data
@@ -269,10 +324,15 @@ def test_shipped_checkpoint_matches_its_metrics(name):
     assert ckpt.pretrained_path(name).stat().st_size < 4.5e6
     assert full_config(state["config"]) == full_config(RECIPES[name]["model"])  # builds what the recipe trains
     _, test = loaders(RECIPES[name]["dataset"], 500, device="cpu", augment=False)
-    _, acc = evaluate(model, test)
-    stored = state["metrics"]["test_accuracy"]
-    assert abs(acc - stored) <= 0.001, (acc, stored)  # the targets themselves live in benchmarks/targets.py
-    assert state["history"]["test_acc"][-1] == stored
+    metrics, flips = state["metrics"], RECIPES[name]["train"].get("test_flips", False)
+    assert metrics.get("test_flips", False) == flips
+    _, acc, flip_acc = evaluate_flips(model, test) if flips else (*evaluate(model, test), None)
+    one_view = metrics.get("test_accuracy_one_view", metrics["test_accuracy"])
+    assert abs(acc - one_view) <= 0.001, (acc, one_view)  # the targets themselves live in benchmarks/targets.py
+    assert state["history"]["test_acc"][-1] == one_view
+    if flips:  # the recipe's prediction: each image's probabilities averaged with its mirror image's
+        assert abs(flip_acc - metrics["test_accuracy"]) <= 0.001, (flip_acc, metrics["test_accuracy"])
+        assert state["history"]["flip_acc"] == metrics["test_accuracy"]
 
 
 def test_a_run_that_fills_its_budget_plans_its_steps_from_its_pace():

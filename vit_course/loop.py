@@ -137,10 +137,9 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
             with ``resume=True`` and that file present, training continues after its last epoch
         on_step: called with no arguments after every step (e.g. a ``device.ThreadWatch``)
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
-        test_flips: the last evaluation also averages each test image's class probabilities with its mirror
-            image's (``train.evaluate_flips``), and the budget keeps time for its second pass
-    Returns the history: dict of lists epoch, train_loss, test_loss, test_acc, lr, seconds (cumulative); with
-    test_flips also flip_acc, the last evaluation's accuracy with flips (a number; test_acc stays one view).
+        test_flips: the last evaluation also averages each image with its mirror (``train.evaluate_flips``)
+    Returns the history: dict of lists epoch, train_loss, test_loss, test_acc (one view), lr, seconds (cumulative);
+    with test_flips also flip_acc, the last evaluation's accuracy with flips (a number).
     KeyboardInterrupt: the model is left in eval mode with the weights of the last step, the checkpoint
     file keeps the last finished epoch, and the interrupt is re-raised.
     """
@@ -149,16 +148,11 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
     dtype, _ = resolve_amp(amp, device, model, test_loader, progress)
     autocast, scaler = amp_settings(dtype or "off", device)
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
-    _check_not_empty(train_loader)
     if epochs is None and time_budget is None:
         raise ValueError("epochs=None trains until the time budget is used: give a time_budget, or a number of epochs")
     schedule = Schedule(epochs, len(train_loader), warmup_epochs, lr, min_lr)
-    history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
     torch.manual_seed(seed)  # dropout and stochastic depth draw from the global generator
-    if resume and checkpoint is not None and Path(checkpoint).is_file():
-        history, start, step, spent = _resume(checkpoint, model, optimizer, progress)
-    if hasattr(train_loader, "set_epoch"):
-        train_loader.set_epoch(start)
+    history, start, step, spent = _start(checkpoint if resume else None, model, optimizer, train_loader, progress)
     clock = Clock(time_budget, spent, final_passes=2 if test_flips else 1)
     try:
         for epoch in itertools.count(start) if epochs is None else range(start, epochs):
@@ -167,9 +161,7 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
                 autocast=autocast, scaler=scaler, desc=f"epoch {epoch + 1}/{epochs or '(budget)'}", progress=progress,
                 on_step=on_step, test_batches=len(test_loader))
             last = epoch + 1 == epochs or clock.left(len(test_loader)) <= 0
-            test_loss, test_acc, flip_acc = _evaluate_timed(model, test_loader, autocast, clock, test_flips and last)
-            if flip_acc is not None:
-                history["flip_acc"] = round(flip_acc, 6)
+            test_loss, test_acc = _evaluate_epoch(history, model, test_loader, autocast, clock, test_flips and last)
             done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch
             _record(history, epoch=done, train_loss=sum(losses) / max(len(losses), 1), test_loss=test_loss,
                     test_acc=test_acc, lr=current_lr, seconds=clock.elapsed(), progress=progress)
@@ -183,12 +175,39 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
         if progress:
             tqdm.write(f"interrupted; the last finished epoch is in {checkpoint}" if checkpoint else "interrupted")
         raise
-    if test_flips and "flip_acc" not in history:  # the last evaluation left the budget spent before it knew
-        history["flip_acc"] = round(_evaluate_timed(model, test_loader, autocast, clock, True)[2], 6)
-    if test_flips and progress:
-        tqdm.write(f"with test-time flips (each image and its mirror): test acc {history['flip_acc']:.2%}")
+    if test_flips:
+        _finish_flips(history, model, test_loader, autocast, clock, progress)
     model.eval()
     return history
+
+
+def _start(checkpoint, model, optimizer, train_loader, progress):
+    """-> (history, epoch, step, seconds) of a fresh run, or of the run in ``checkpoint`` (None: fresh) if it
+    exists, loaded into model and optimizer; the loader (refused if empty) is told the epoch it starts at."""
+    _check_not_empty(train_loader)
+    history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
+    if checkpoint is not None and Path(checkpoint).is_file():
+        history, start, step, spent = _resume(checkpoint, model, optimizer, progress)
+    if hasattr(train_loader, "set_epoch"):
+        train_loader.set_epoch(start)
+    return history, start, step, spent
+
+
+def _evaluate_epoch(history, model, test_loader, autocast, clock, flips):
+    """An epoch's evaluation: -> (test loss, test accuracy); with ``flips`` also history["flip_acc"]."""
+    test_loss, test_acc, flip_acc = _evaluate_timed(model, test_loader, autocast, clock, flips)
+    if flip_acc is not None:
+        history["flip_acc"] = round(flip_acc, 6)
+    return test_loss, test_acc
+
+
+def _finish_flips(history, model, test_loader, autocast, clock, progress):
+    """history["flip_acc"], evaluated now if the last epoch's evaluation did not know it was the last (the
+    budget ran out during it), and printed."""
+    if "flip_acc" not in history:
+        history["flip_acc"] = round(_evaluate_timed(model, test_loader, autocast, clock, True)[2], 6)
+    if progress:
+        tqdm.write(f"with test-time flips (each image and its mirror): test acc {history['flip_acc']:.2%}")
 
 
 def _check_not_empty(loader):
