@@ -161,7 +161,7 @@ def fit(model, train_loader, test_loader, *, epochs, lr, weight_decay, warmup_ep
                 autocast=autocast, scaler=scaler, desc=f"epoch {epoch + 1}/{epochs or '(budget)'}", progress=progress,
                 on_step=on_step, test_batches=len(test_loader))
             last = epoch + 1 == epochs or clock.left(len(test_loader)) <= 0
-            test_loss, test_acc = _evaluate_epoch(history, model, test_loader, autocast, clock, test_flips and last)
+            test_loss, test_acc = _evaluate_timed(model, test_loader, autocast, clock, history, test_flips and last)
             done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch
             _record(history, epoch=done, train_loss=sum(losses) / max(len(losses), 1), test_loss=test_loss,
                     test_acc=test_acc, lr=current_lr, seconds=clock.elapsed(), progress=progress)
@@ -193,19 +193,11 @@ def _start(checkpoint, model, optimizer, train_loader, progress):
     return history, start, step, spent
 
 
-def _evaluate_epoch(history, model, test_loader, autocast, clock, flips):
-    """An epoch's evaluation: -> (test loss, test accuracy); with ``flips`` also history["flip_acc"]."""
-    test_loss, test_acc, flip_acc = _evaluate_timed(model, test_loader, autocast, clock, flips)
-    if flip_acc is not None:
-        history["flip_acc"] = round(flip_acc, 6)
-    return test_loss, test_acc
-
-
 def _finish_flips(history, model, test_loader, autocast, clock, progress):
     """history["flip_acc"], evaluated now if the last epoch's evaluation did not know it was the last (the
     budget ran out during it), and printed."""
     if "flip_acc" not in history:
-        history["flip_acc"] = round(_evaluate_timed(model, test_loader, autocast, clock, True)[2], 6)
+        _evaluate_timed(model, test_loader, autocast, clock, history, flips=True)
     if progress:
         tqdm.write(f"with test-time flips (each image and its mirror): test acc {history['flip_acc']:.2%}")
 
@@ -216,14 +208,16 @@ def _check_not_empty(loader):
                          f"with batch size {getattr(loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
 
 
-def _evaluate_timed(model, test_loader, autocast, clock, flips=False):
-    """``evaluate`` (``evaluate_flips`` with flips) under autocast if any, the seconds of one pass recorded on the
-    clock: -> (test loss, test accuracy, accuracy with flips or None)."""
+def _evaluate_timed(model, test_loader, autocast, clock, history, flips=False):
+    """``evaluate`` (``evaluate_flips`` with flips, whose accuracy goes to history["flip_acc"]) under autocast if
+    any, the seconds of one pass recorded on the clock: -> (test loss, test accuracy), one view."""
     tick = time.perf_counter()
     with autocast or nullcontext():
-        result = evaluate_flips(model, test_loader) if flips else (*evaluate(model, test_loader), None)
+        test_loss, test_acc, *flip_acc = evaluate_flips(model, test_loader) if flips else evaluate(model, test_loader)
     clock.eval_seconds = (time.perf_counter() - tick) / (2 if flips else 1)
-    return result
+    if flips:
+        history["flip_acc"] = round(flip_acc[0], 6)
+    return test_loss, test_acc
 
 
 def _record(history, *, progress, **values):
