@@ -4,10 +4,11 @@ resolution (cifar10 only: the first epochs on 16 x 16 images, the rest at 32 x 3
 The loop is ``fit``'s (AdamW, the recipe's warmup-cosine per step, label smoothing, its augmentation) written
 out, because ``fit`` has neither trick. It keeps exponential moving averages of the weights (and BatchNorm
 statistics) at each --ema decay and tests them at the end beside the model itself. With --low L the first L
-epochs see each batch average-pooled to 16 x 16 px: the stem then leaves a 4 x 4 grid of tokens, whose sin-cos
-positions are taken at the centres of the image regions they cover (so position (0, 0) of the low grid sits
-between positions (0, 0) and (1, 1) of the 8 x 8 one). A 16 px step costs about a third of a 32 px one, so
-``--low 10 --high 7`` takes about as long as ``--high 10``; the seconds of each phase are recorded to check.
+epochs see each batch average-pooled to 16 x 16 px: the stem then leaves a grid of tokens half as wide, whose
+sin-cos positions are taken at the centres of the image regions they cover (so position (0, 0) of the low grid
+sits between positions (0, 0) and (1, 1) of the full one). With the two-stage stem (32, 128) of the stored runs
+(grids of 4 x 4 and 8 x 8), a 16 px step cost about a third of a 32 px one, so ``--low 10 --high 7`` took about
+as long as ``--high 10``; the seconds of each phase are recorded to check.
 Fixed epochs make the accuracy independent of the machine's speed; the seconds are not. It trains in float32
 whatever the recipe's ``amp`` (the record says ``precision``), as the slowest machine, with no native bfloat16, does.
 

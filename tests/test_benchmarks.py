@@ -122,8 +122,10 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
 
     def fake_train(name, **kwargs):  # what train_recipe returns, without training; records the recipe it ran
         seen.append(recipes.RECIPES[name])
+        one_view = {"test_accuracy_one_view": 0.79} if len(seen) == 2 else {}  # a run with test-time flips
         return {"test_accuracy": 0.8 + len(seen) / 100, "epochs": 15.5, "wall_seconds": 1770.0, "threads": 2,
-                "thread_changes": [], "cpu_load_before": 0.1, "cpu_load_after": 2.0, "machine": {"cpu": "Some CPU"}}
+                "thread_changes": [], "cpu_load_before": 0.1, "cpu_load_after": 2.0, "machine": {"cpu": "Some CPU"},
+                **one_view}
 
     monkeypatch.setattr(recipes, "train_recipe", fake_train)
     before = recipes.RECIPES["cifar10"]
@@ -137,6 +139,7 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
     stored = json.loads((tmp_path / "ablate_cifar10.json").read_text())
     assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "off", "augment.padding": 4}]
     assert [run["test_accuracy"] for run in stored["runs"]] == pytest.approx([0.81, 0.82])
+    assert [run["test_accuracy_one_view"] for run in stored["runs"]] == pytest.approx([0.81, 0.79])
     assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"] == {"cpu": "Some CPU"}
     settings = stored["runs"][1]["settings"]  # the whole recipe it trained, not only the changes
     assert settings["train"]["amp"] == "off" and settings["model"]["dim"] == before["model"]["dim"]
@@ -198,8 +201,8 @@ def test_short_schedule_low_res_forward_at_full_size_is_the_model_itself():
     images = torch.randn(3, 3, 32, 32)
     # factor 1: no pooling and the token centres at the grid's own integer positions, so the same positions table
     assert torch.allclose(short.low_res_forward(model, images, 1), model(images), atol=1e-5)
-    assert short.low_res_forward(model, images, 2).shape == (3, 10)  # 16 px images: a 4 x 4 grid of tokens
-    table = sincos_position_embedding(4, 128, start=0.5, step=2)  # the low grid's centres 0.5, 2.5, 4.5, 6.5
+    assert short.low_res_forward(model, images, 2).shape == (3, 10)  # 16 px images: a grid half as wide
+    table = sincos_position_embedding(4, 128, start=0.5, step=2)  # a 4 x 4 low grid's centres 0.5, 2.5, 4.5, 6.5
     assert table.shape == (16, 128) and not torch.allclose(table, sincos_position_embedding(4, 128))
 
 
