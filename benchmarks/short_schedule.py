@@ -102,7 +102,7 @@ def train(low, high, decays, seed=0, subset=None, factor=2, name="cifar10"):
                 break
     result = {"recipe": name, "low_epochs": low, "high_epochs": high, "seed": seed, "steps": step, "precision": "fp32",
               "low_size": recipe["model"]["image_size"] // factor if low else None,
-              "low_seconds": round(seconds[0], 1), "high_seconds": round(seconds[1], 1),
+              "low_seconds": round(seconds[0], 3), "high_seconds": round(seconds[1], 3),
               "settings": {section: recipe[section] for section in ("model", "train", "augment")},
               **scores(model, test_loader), "ema": {}}
     for decay, average in averages.items():  # {decay: {"test_loss": ..., "test_accuracy": ...}}
