@@ -111,6 +111,18 @@ def test_hybrid_stem_makes_tokens_from_a_feature_map():
 
 
 @pytest.mark.parametrize("stem_pool", [True, False])
+@pytest.mark.parametrize("side", [28, 27, 30])
+def test_hybrid_stem_grid_is_the_stems_output_for_any_side(side, stem_pool):
+    """Three stages take 28 -> 14 -> 7 -> 4 (each halving rounds up): the grid the model plans is the map it gets."""
+    model = ViT(image_size=side, patch_size=1, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
+                stem_channels=(4, 8, 16), stem_pool=stem_pool).eval()
+    expected = -(-side // 8)
+    assert model.grid_size == (expected, expected)
+    assert model.stem(torch.randn(2, 1, side, side)).shape == (2, 16, expected, expected)
+    assert model(torch.randn(2, 1, side, side)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("stem_pool", [True, False])
 def test_stem_matches_conv_batchnorm_relu_by_hand(stem_pool):
     """Each stage is conv3x3 -> BatchNorm -> ReLU, then a 3x3 max-pool of stride 2, or a stride-2 conv instead."""
     torch.manual_seed(3)

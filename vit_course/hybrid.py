@@ -18,7 +18,10 @@ class ConvStem(nn.Module):
     resolution: a quarter of the multiply-adds for the same weights. For the cifar10 recipe on a 2-core CPU that
     fitted 12.5 epochs in the time of 9.0, and ended no more accurate (benchmarks/results/ablate_cifar10.json).
 
-    forward(images (b, C, H, W)) -> (b, channels[-1], H / 2^s, W / 2^s)
+    Each stage maps a side of n pixels to ceil(n / 2) (padding 1, stride 2), so odd sides work: MNIST's 28 goes
+    28 -> 14 -> 7 -> 4 through three stages.
+
+    forward(images (b, C, H, W)) -> (b, channels[-1], ceil(H / 2^s), ceil(W / 2^s))
     """
 
     def __init__(self, in_channels, channels, pool=True):
@@ -47,6 +50,4 @@ def hybrid_stem(in_channels, stem_channels, image_size, pool=True):
     if not stem_channels:
         return nn.Identity(), (height, width), in_channels
     stem = ConvStem(in_channels, tuple(stem_channels), pool)
-    if height % stem.reduction or width % stem.reduction:
-        raise ValueError(f"image of {height}x{width} pixels: the conv stem needs sides divisible by {stem.reduction}")
-    return stem, (height // stem.reduction, width // stem.reduction), stem.out_channels
+    return stem, (-(-height // stem.reduction), -(-width // stem.reduction)), stem.out_channels  # ceil: see ConvStem
