@@ -222,8 +222,10 @@ def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_mode
     mnist = short.main(["--recipe", "mnist", "--high", "1", "--subset", "256", "--record", "--results", str(tmp_path)])
     assert mnist["steps"] == 2 and mnist["settings"]["model"]["in_channels"] == 1  # 256 images: 2 batches of 128
     assert json.loads((tmp_path / "short_schedule_mnist.json").read_text())["recipe"] == "mnist"
-    with pytest.raises(ValueError, match="grid of 7 tokens"):  # MNIST's 7 x 7 grid has no 2 x 2 pooling
-        short.main(["--recipe", "mnist", "--low", "1", "--subset", "256"])
+    low = short.main(["--recipe", "mnist", "--low", "0.5", "--high", "0.5", "--subset", "256"])  # 14 px: a 2 x 2 grid
+    assert low["low_seconds"] > 0 and 0 <= low["test_accuracy"] <= 1
+    with pytest.raises(ValueError, match="grid of 4 tokens a side cannot be pooled by 3"):  # MNIST's 4 x 4 grid
+        short.train(1, 0, [], subset=256, factor=3, name="mnist")
 
 
 def test_flip_tta_refuses_a_model_that_is_not_cifar10s(tmp_path):

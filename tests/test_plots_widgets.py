@@ -49,7 +49,6 @@ def draw_every_figure(model, images, labels, class_names, mean=None, std=None):
     _, attentions = run_model(model, vit_course.batches.normalize(images[:1], mean, std))
     inputs = vit_course.batches.normalize(images, mean, std)
     figures = [
-        plots.plot_patch_grid(images[0], pixels_per_token(model)),
         plots.plot_attention_maps(attentions, images[0], model.grid_size),
         plots.plot_rollout_grid(model, images, labels, class_names, mean, std, ncols=2),
         plots.plot_attention_distance(attention_distances(model, inputs), reference=3.0),
@@ -57,6 +56,9 @@ def draw_every_figure(model, images, labels, class_names, mean=None, std=None):
         widgets.attention_view(model, images, labels, class_names, index=1, layer=-1, head=0, mode="attention",
                                mean=mean, std=std),
     ]
+    stride = pixels_per_token(model)
+    if all(side % stride == 0 for side in model.image_size):  # a hybrid's stride need not tile: MNIST's 8 px on 28
+        figures.append(plots.plot_patch_grid(images[0], stride))
     if not model.config["stem_channels"]:
         figures.append(plots.plot_embedding_filters(model.patch_embed.proj.weight, model.patch_embed.patch_size,
                                                     model.in_channels))
