@@ -45,13 +45,14 @@ def matmul_gflops(size, dtype, repeats=5):
     return 2 * size**3 / statistics.median(times) / 1e9
 
 
-def training_step(name, autocast=False, compiled=False):
+def training_step(name, autocast=False, compiled=False, changes=None):
     """A closure running one training step of recipe ``name``'s model on a fixed random batch (its batch size).
 
-    compiled: run the model through ``torch.compile`` (the closure's first call compiles it)."""
+    compiled: run the model through ``torch.compile`` (the closure's first call compiles it).
+    changes: model settings that replace the recipe's, e.g. ``{"stem_channels": (16, 32, 64)}``."""
     recipe = RECIPES[name]
     torch.manual_seed(0)
-    model = ViT(**recipe["model"]).train()
+    model = ViT(**{**recipe["model"], **(changes or {})}).train()
     optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
     batch = recipe["train"]["batch_size"]
     c, h = recipe["model"]["in_channels"], recipe["model"]["image_size"]

@@ -228,6 +228,18 @@ def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_mode
         short.train(1, 0, [], subset=256, factor=3, name="mnist")
 
 
+def test_stem_speed_times_the_two_stems_it_is_given(tmp_path, monkeypatch):
+    speed = benchmark("stem_speed")
+    built, real = [], speed.training_step
+    monkeypatch.setattr(speed, "training_step",
+                        lambda name, changes: built.append(changes["stem_channels"]) or real(name, changes=changes))
+    result = speed.main(["mnist", "(4, 8)", "(4, 8, 8)", "--rounds", "1", "--record", "--results", str(tmp_path)])
+    assert built == [(4, 8), (4, 8, 8)] and result["stems"] == [[4, 8], [4, 8, 8]]
+    assert result["first_ms"] > 0 and result["second_ms"] > 0 and result["batch_size"] == 128
+    stored = json.loads((tmp_path / "stem_speed.json").read_text())
+    assert stored["runs"] == [json.loads(json.dumps(result))] and stored["runs"][0]["machine"]["cores"] > 0
+
+
 def test_flip_tta_refuses_a_model_that_is_not_cifar10s(tmp_path):
     save_checkpoint(tmp_path / "mnist.pt", ViT(**RECIPES["mnist"]["model"]))
     with pytest.raises(ValueError, match="not a CIFAR-10 model"):

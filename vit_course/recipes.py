@@ -26,16 +26,16 @@ from .vit import ViT
 # epochs=None: the run trains until its time budget is used, its cosine re-planned from the measured pace so it
 # ends decayed (loop.fit), so a faster machine trains longer instead of stopping at a cap; --epochs N fixes them.
 RECIPES = {
-    # A hybrid ViT (the paper's section 3.1): a conv stem turns the digit into a 4x4 map of tokens (28 -> 14 -> 7
-    # -> 4), which learns the strokes in the few epochs five minutes allow. With 120 s on the AMD EPYC (about the
-    # epochs the slowest 2-core machine fits in its budget) the two-stage stem (32, 64), 49 tokens, fitted 1.77
-    # epochs and ended at 99.04%; three stages (16, 32, 64) fitted 3.9-5.2 epochs and ended at 99.32%, 99.45%,
-    # 99.37% (seeds 0-2), level with (32, 64, 96) (99.42/99.36/99.29%, 2.6-3.0 epochs): the cheaper stem is kept, as
-    # it fits more epochs on a slower machine. A training step costs a third of the two-stage one's (38 against
-    # 124 ms). Shifts of 1 pixel: 2 pixels ended 0.1 below (99.32% against 99.42%, stem (32, 64, 96)). With the
-    # two-stage stem at a fixed 2 epochs, lr 4e-3 or 6e-3, batch 64, no shifts, warmup 0.2 and their combinations
-    # ended at 98.93-99.18% against the recipe's 99.03%, and the strided stem fitted 2.01 epochs in 120 s against
-    # 1.77 but ended at 98.62% (benchmarks/results/ablate_mnist.json): none adopted.
+    # A hybrid ViT (the paper's section 3.1): a conv stem turns the digit into a 4x4 map of tokens (28 -> 14 -> 7 ->
+    # 4), which learns the strokes in the few epochs five minutes allow. With 120 s on the AMD EPYC (about the epochs
+    # the slowest 2-core machine fits in its budget) the two-stage stem (32, 64), 49 tokens, fitted 1.77 epochs and
+    # ended at 99.04%; three stages (16, 32, 64) fitted 3.9-5.2 epochs and ended at 99.32%, 99.45%, 99.37% (seeds
+    # 0-2), level with (32, 64, 96) (99.42/99.36/99.29%, 2.6-3.0 epochs): the cheaper stem is kept, as it fits more
+    # epochs on a slower machine. A training step costs a third of the two-stage one's (37 against 118 ms,
+    # benchmarks/stem_speed.py). Shifts of 1 pixel: 2 pixels ended 0.1 below (99.32% against 99.42%, stem (32, 64,
+    # 96)). With the two-stage stem at a fixed 2 epochs, lr 4e-3 or 6e-3, batch 64, no shifts, warmup 0.2 and their
+    # combinations ended at 98.93-99.18% against the recipe's 99.03%, and the strided stem fitted 2.01 epochs in 120 s
+    # against 1.77 but ended at 98.62% (benchmarks/results/ablate_mnist.json): none adopted.
     "mnist": {
         "dataset": "mnist",
         "model": dict(image_size=28, patch_size=1, in_channels=1, num_classes=10, dim=96, depth=2, num_heads=6,
@@ -54,11 +54,11 @@ RECIPES = {
     # benchmarks/train_throughput.py --bf16 --record; three seeds each way on the AMD, with the earlier stem (64, 128),
     # in benchmarks/results/targets_cifar10-stem64-*.json.
     # Stem (32, 64, 128): three stages make a 4x4 map, 16 tokens, where two stages made an 8x8 map of 64. The
-    # transformer's steps cost a quarter as much, a step about half. In float32 with the budget scaled to the
-    # slower AVX2 machine's pace (840 s on the AMD EPYC) it fitted 17.35 epochs and reached 82.11% (80.79% one
-    # view) where stem (32, 128) fitted 9.08 and reached 77.82% (one view), and (64, 128) 6.74 epochs, 75.83%
-    # (benchmarks/results/ablate_cifar10.json). Fewer, coarser tokens: the paper's hybrids also feed the
-    # transformer a CNN's late, small feature map.
+    # transformer's steps cost a quarter as much, a step about half (50 against 112 ms, benchmarks/stem_speed.py). In
+    # float32 with the budget scaled to the slower AVX2 machine's pace (840 s on the AMD EPYC) it fitted 17.35 epochs
+    # and reached 82.11% (80.79% one view) where stem (32, 128) fitted 9.08 and reached 77.82% (one view), and (64,
+    # 128) 6.74 epochs, 75.83% (benchmarks/results/ablate_cifar10.json). Fewer, coarser tokens: the paper's hybrids
+    # also feed the transformer a CNN's late, small feature map.
     # Chosen with the two-stage stem: batch 64 at lr 1.5e-3, not 128 at 2e-3: the model underfits in so few
     # epochs, and twice the updates per epoch helped at the slower machine's pace (800 s on an Intel Xeon,
     # float32: 78.90% against 77.66%, 9.6 epochs against 9.0). Max-pooling, not stride-2 convs (stem_pool): those
