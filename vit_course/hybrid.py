@@ -5,6 +5,8 @@ chapters 06 and 07 use such a stem because it gives a small model the locality t
 learn from data. ``ViT(stem_channels=...)`` builds it through ``hybrid_stem``.
 """
 
+import math
+
 import torch
 from torch import nn
 
@@ -50,4 +52,4 @@ def hybrid_stem(in_channels, stem_channels, image_size, pool=True):
     if not stem_channels:
         return nn.Identity(), (height, width), in_channels
     stem = ConvStem(in_channels, tuple(stem_channels), pool)
-    return stem, (-(-height // stem.reduction), -(-width // stem.reduction)), stem.out_channels  # ceil: see ConvStem
+    return stem, (math.ceil(height / stem.reduction), math.ceil(width / stem.reduction)), stem.out_channels

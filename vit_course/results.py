@@ -109,6 +109,11 @@ def accuracy_cell(metrics, percent="{:.2%}".format):
     return cell
 
 
+def one_view_accuracy(run):
+    """A run's accuracy tested on each image alone; runs recorded before test-time flips have only that one."""
+    return run.get("test_accuracy_one_view", run["test_accuracy"])
+
+
 def precision(metrics):
     """How a run multiplied: 'float32', or 'bf16 autocast' / 'fp16 autocast' (runs recorded before it: float32)."""
     kind = metrics.get("precision", "fp32")
@@ -137,7 +142,7 @@ def seed_rows(results=BENCHMARKS):
         epochs = sorted(run["epochs"] for run in runs)
         kinds = ", ".join(sorted({precision(run) for run in runs}))
         variant = name.removeprefix(r["recipe"]).removeprefix("-")
-        one_view = [run.get("test_accuracy_one_view", run["test_accuracy"]) for run in runs]
+        one_view = [one_view_accuracy(run) for run in runs]
         flips = one_view != [run["test_accuracy"] for run in runs]  # the final evaluation averaged mirror images
         accuracy = (f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
                     f"{r['max_accuracy']:.2%})" if spread else f"{r['mean_accuracy']:.2%} (one seed)")
