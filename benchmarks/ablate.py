@@ -1,6 +1,6 @@
 """A recipe with some settings changed, trained under a (short) time budget: how the recipes' choices were made.
 
-Each --set is SECTION.KEY=VALUE, SECTION one of model, train, augment (VALUE is read as a Python literal).
+Each --set is SECTION.KEY=VALUE, SECTION one of model, train, augment, mix (VALUE is read as a Python literal).
 Runs one ``train_recipe`` in this process and prints the settings changed, accuracy, epochs and wall seconds.
 Compare candidates one after another on an otherwise idle machine, at the same budget. With --record the run
 is appended to benchmarks/results/ablate_NAME.json (with the machine and its load), so a comparison that chose a
@@ -27,6 +27,7 @@ from vit_course.files import append_run  # noqa: E402
 from vit_course.results import one_view_accuracy  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SECTIONS = ("model", "train", "augment", "mix")
 
 
 def main(argv=None):
@@ -45,8 +46,8 @@ def main(argv=None):
     for item in args.set:
         key, _, text = item.partition("=")
         section, _, field = key.partition(".")
-        if section not in ("model", "train", "augment") or not field or not text:
-            parser.error(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION model, train or augment")
+        if section not in SECTIONS or not field or not text:
+            parser.error(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of {', '.join(SECTIONS)}")
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -65,7 +66,7 @@ def main(argv=None):
                                             "cpu_load_before", "cpu_load_after", "machine")},
            "test_accuracy_one_view": one_view_accuracy(metrics),
            # the whole recipe the run trained, so the record still says what it measured once the recipe changes
-           "settings": {section: recipe.get(section) for section in ("model", "train", "augment")}}
+           "settings": {section: recipe.get(section) for section in SECTIONS}}
     print(json.dumps(run))
     if args.record:
         path = args.results / f"ablate_{args.name}.json"

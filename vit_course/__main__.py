@@ -28,7 +28,7 @@ def build_parser():
     train = commands.add_parser("train", help="train a ViT with a recipe (defaults: the time-budgeted CPU ones)",
                                 description="Train a ViT with a recipe and write DIR/model.pt, DIR/metrics.json "
                                             "and DIR/curves.png.")
-    train.add_argument("recipe", choices=["mnist", "cifar10", "cifar10-plain", "cifar10-gpu"],
+    train.add_argument("recipe", choices=["mnist", "cifar10", "cifar10-plain", "cifar10-plain-mix", "cifar10-gpu"],
                        help="the recipe (see recipes.py)")
     train.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
     train.add_argument("--out", help="output folder (default: runs/RECIPE)")

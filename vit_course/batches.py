@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from .augment import rand_augment
 from .data import DATASETS, load
 from .device import pick_device
 
@@ -96,12 +97,14 @@ def mnist_augment(images, generator=None, max_shift=2):
     return random_translate(images, max_shift=max_shift, generator=generator)
 
 
-def cifar_augment(images, generator=None, padding=4):
+def cifar_augment(images, generator=None, padding=4, rand_ops=0, magnitude=9):
     """CIFAR-10's training augmentation: crop with ``padding`` (the ResNet paper's 4), then flip.
 
-    (b, 3, 32, 32) -> (b, 3, 32, 32). A recipe may choose a milder padding (``RECIPES["cifar10"]["augment"]``).
+    (b, 3, 32, 32) -> (b, 3, 32, 32). A recipe may choose a milder padding (``RECIPES["cifar10"]["augment"]``), or
+    add ``rand_ops`` RandAugment ops of strength ``magnitude`` after the flip (``augment.rand_augment``).
     """
-    return random_crop_flip(images, padding=padding, flip=True, generator=generator)
+    images = random_crop_flip(images, padding=padding, flip=True, generator=generator)
+    return rand_augment(images, generator, rand_ops, magnitude) if rand_ops else images
 
 
 # Each dataset's standard training augmentation: ``loaders(name, ..., augment=True)`` uses it.
@@ -120,7 +123,8 @@ class DeviceLoader:
     """A whole split held as uint8 on the device, served as normalised (and optionally augmented) batches.
 
     images (N, C, H, W) uint8, labels (N,) int64 -> iterating yields (x (b, C, H, W) float32, y (b,) int64)
-    on ``device``. ``augment(uint8 batch, generator) -> uint8 batch`` runs on the device before normalising.
+    on ``device``. ``augment(uint8 batch, generator) -> uint8 batch`` runs on the device before normalising;
+    ``mix(x, y, generator) -> (x, soft targets (b, classes))`` after it (``augment.mix_batch``: CutMix, Mixup).
 
     Epochs: each ``iter()`` runs epoch ``self.epoch`` and then advances it by one, so a fresh loader with the
     same seed repeats the same sequence of epochs. ``set_epoch(n)`` chooses the next epoch (to resume a run).
@@ -129,7 +133,7 @@ class DeviceLoader:
     """
 
     def __init__(self, images, labels, batch_size, *, shuffle=False, augment=None, mean, std, device=None,
-                 drop_last=False, seed=0):
+                 drop_last=False, seed=0, mix=None):
         if images.ndim != 4 or images.dtype != torch.uint8:
             raise ValueError(f"images must be uint8 (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
         if labels.shape != images.shape[:1]:
@@ -139,7 +143,7 @@ class DeviceLoader:
         self.device = pick_device(device)
         self.images = images.to(self.device)  # (N, C, H, W) uint8: 4x smaller than float32
         self.labels = labels.to(self.device, torch.int64)  # (N,)
-        self.batch_size, self.shuffle, self.augment = batch_size, shuffle, augment
+        self.batch_size, self.shuffle, self.augment, self.mix = batch_size, shuffle, augment, mix
         self.drop_last, self.seed, self.epoch = drop_last, seed, 0
         self.mean, self.std = mean, std
 
@@ -163,28 +167,30 @@ class DeviceLoader:
             order = order.to(self.device)  # (N,) one permutation per epoch, the same on every device
         else:
             order = torch.arange(n, device=self.device)  # (N,)
-        generator = _make_generator(self.device, self._seed(epoch, 1)) if self.augment is not None else None
+        random = self.augment is not None or self.mix is not None
+        generator = _make_generator(self.device, self._seed(epoch, 1)) if random else None
         for i in range(len(self)):
             index = order[i * self.batch_size:(i + 1) * self.batch_size]  # (b,)
             x = self.images.index_select(0, index)  # (b, C, H, W) uint8; 10x faster than images[index] on a CPU
             if self.augment is not None:
                 x = self.augment(x, generator)  # (b, C, H, W) uint8, on the device
-            yield normalize(x, self.mean, self.std), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
+            x, y = normalize(x, self.mean, self.std), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
+            yield self.mix(x, y, generator) if self.mix is not None else (x, y)  # y: (b,) or (b, classes)
 
 
-def loaders(name, batch_size, device=None, augment=True, root=None, seed=0):
+def loaders(name, batch_size, device=None, augment=True, root=None, seed=0, mix=None):
     """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
 
     The train loader shuffles, augments and drops the last incomplete batch so every step has the same
     shape; the test loader keeps the order and every sample. ``augment``: True for the dataset's own
     augmentation (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2 pixels), False for none,
-    or a function ``(uint8 batch, generator) -> uint8 batch``.
+    or a function ``(uint8 batch, generator) -> uint8 batch``. ``mix``: see ``DeviceLoader`` (training only).
     """
     meta = DATASETS[name]
     train_images, train_labels = load(name, "train", root)
     test_images, test_labels = load(name, "test", root)
     common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
     train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,
-                         augment=AUGMENT[name] if augment is True else augment or None, **common)
+                         augment=AUGMENT[name] if augment is True else augment or None, mix=mix, **common)
     test = DeviceLoader(test_images, test_labels, batch_size, **common)
     return train, test

@@ -1,0 +1,115 @@
+"""RandAugment, CutMix and Mixup (vit_course.augment): batched, seeded, labels mixed as the pixels are."""
+
+import pytest
+import torch
+
+from vit_course.augment import GEOMETRIC, OPS, _colour_op, _geometric_op, cutmix_box, mix_batch, rand_augment
+from vit_course.batches import DeviceLoader
+from vit_course.train import train_step
+
+
+def images(b=16, c=3, side=32, seed=0):
+    return torch.randint(0, 256, (b, c, side, side), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+
+
+def test_rand_augment_is_seeded_batched_uint8():
+    x = images()
+    a = rand_augment(x, torch.Generator().manual_seed(1), num_ops=2, magnitude=9)
+    b = rand_augment(x, torch.Generator().manual_seed(1), num_ops=2, magnitude=9)
+    c = rand_augment(x, torch.Generator().manual_seed(2), num_ops=2, magnitude=9)
+    assert a.dtype == torch.uint8 and a.shape == x.shape
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(rand_augment(x, None, num_ops=0), x)
+    changed = (a != x).flatten(1).any(1).float().mean()
+    assert changed > 0.5  # most images drew at least one op that is not the identity
+
+
+@pytest.mark.parametrize("name", [op for op in OPS if op not in ("identity", "auto_contrast")])
+def test_every_op_acts_at_magnitude_9_and_is_the_identity_at_0(name):
+    x = images(8).float() / 255
+    op = _geometric_op if name in GEOMETRIC else _colour_op
+    strong = op(name, x, 0.9, torch.Generator().manual_seed(0)).clamp(0, 1)
+    weak = op(name, x, 0.0, torch.Generator().manual_seed(0))
+    assert (strong - x).abs().mean() > 0.02, name
+    assert torch.allclose(weak, x, atol=1e-5), name
+
+
+def test_geometric_ops_fill_with_grey_and_move_pixels():
+    x = torch.zeros(1, 1, 8, 8)
+    x[..., 3, 3] = 1.0
+    moved = _geometric_op("translate_x", x, 0.5, torch.Generator().manual_seed(0))  # 0.45 * 0.5 * 8 = 1.8 px
+    assert moved[..., 3, :].argmax() in (1, 5)
+    assert moved[..., 0, 4] == pytest.approx(0.0) and moved[..., 7, 4] == pytest.approx(0.0)  # black stays black
+    edge = _geometric_op("translate_y", torch.ones(1, 1, 8, 8), 1.0, torch.Generator().manual_seed(0))
+    assert ((edge - 0.5).abs() < 1e-6).any()  # pixels from outside the image are grey
+
+
+def test_rand_augment_rejects_bad_input():
+    with pytest.raises(ValueError, match="uint8"):
+        rand_augment(images().float())
+    with pytest.raises(ValueError, match="magnitude must be in 0..10, got 11"):
+        rand_augment(images(), magnitude=11)
+
+
+def constant_images(b=8, side=16):
+    """Image i filled with the value i: every pixel says which image it came from."""
+    return torch.arange(b, dtype=torch.float32).view(b, 1, 1, 1).expand(b, 3, side, side).clone()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cutmix_labels_weigh_each_image_by_its_pixels(seed):
+    x, y = constant_images(), torch.arange(8) % 10
+    mixed, targets = mix_batch(x, y, torch.Generator().manual_seed(seed), num_classes=10, cutmix=1.0, mixup=0.0)
+    own = (mixed == x).float().mean(dim=(1, 2, 3))  # (b,) share of each image's own pixels
+    assert torch.allclose(targets.sum(1), torch.ones(8))
+    for i in range(8):
+        assert targets[i, y[i]] == pytest.approx(own[i].item(), abs=1e-6)
+        assert targets[i, y[7 - i]] == pytest.approx(1 - own[i].item(), abs=1e-6)
+
+
+def test_mixup_blends_images_and_labels_in_one_proportion():
+    x, y = constant_images(), torch.arange(8)
+    mixed, targets = mix_batch(x, y, torch.Generator().manual_seed(3), num_classes=10, cutmix=0.0, mixup=0.8)
+    lam = targets[0, 0].item()
+    assert 0 < lam < 1
+    assert torch.allclose(mixed, lam * x + (1 - lam) * x.flip(0))
+    assert torch.allclose(targets[:, :8], lam * torch.eye(8) + (1 - lam) * torch.eye(8).flip(0))
+
+
+def test_mix_batch_switches_between_cutmix_and_mixup():
+    x, y = constant_images(), torch.arange(8)
+    kinds = set()
+    for seed in range(20):
+        mixed, _ = mix_batch(x, y, torch.Generator().manual_seed(seed), num_classes=10, cutmix=1.0, mixup=0.8)
+        kinds.add("cutmix" if torch.isin(mixed, x).all() else "mixup")  # CutMix only moves whole pixels
+    assert kinds == {"cutmix", "mixup"}
+
+
+def test_cutmix_box_is_clipped_inside_the_image():
+    for seed in range(50):
+        top, bottom, left, right = cutmix_box(32, 32, 0.3, torch.Generator().manual_seed(seed))
+        assert 0 <= top <= bottom <= 32 and 0 <= left <= right <= 32
+
+
+def test_mix_batch_rejects_bad_input():
+    with pytest.raises(ValueError, match="got 0.0 and 0.0"):
+        mix_batch(constant_images(), torch.arange(8), num_classes=10, cutmix=0.0, mixup=0.0)
+    with pytest.raises(ValueError, match=r"\(8, 3, 16, 16\) and \(7,\)"):
+        mix_batch(constant_images(), torch.arange(7), num_classes=10)
+
+
+def test_a_loader_with_mix_serves_soft_targets_that_train_step_takes():
+    import functools
+
+    from vit_course import ViT
+
+    x, y = images(32, side=8), torch.arange(32) % 10
+    mix = functools.partial(mix_batch, num_classes=10, cutmix=1.0, mixup=0.8)
+    loader = DeviceLoader(x, y, 16, shuffle=True, mean=0.5, std=0.25, mix=mix, seed=0)
+    batches = list(loader)
+    assert batches[0][1].shape == (16, 10) and torch.allclose(batches[0][1].sum(1), torch.ones(16))
+    loader.set_epoch(0)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, loader, strict=True))  # seeded: the same epoch again
+    model = ViT(image_size=8, patch_size=4, num_classes=10, dim=16, depth=1, num_heads=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    assert train_step(model, *batches[0], optimizer, label_smoothing=0.1) > 0
