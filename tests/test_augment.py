@@ -20,8 +20,11 @@ def test_rand_augment_is_seeded_batched_uint8():
     assert a.dtype == torch.uint8 and a.shape == x.shape
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.equal(rand_augment(x, None, num_ops=0), x)
-    changed = (a != x).flatten(1).any(1).float().mean()
-    assert changed > 0.5  # most images drew at least one op that is not the identity
+    assert torch.equal(rand_augment(x, None, num_ops=2, prob=0.0), x)
+    x = images(1000) // 2 + 60  # values 60..187: every op but the identity changes such an image
+    for prob, share in ((1.0, 1 - (1 / len(OPS)) ** 2), (0.5, 1 - (0.5 + 0.5 / len(OPS)) ** 2)):
+        changed = (rand_augment(x, torch.Generator().manual_seed(3), 2, 9, prob) != x).flatten(1).any(1)
+        assert changed.float().mean().item() == pytest.approx(share, abs=0.05), prob  # images any op changed
 
 
 @pytest.mark.parametrize("name", [op for op in OPS if op not in ("identity", "auto_contrast")])
@@ -49,6 +52,8 @@ def test_rand_augment_rejects_bad_input():
         rand_augment(images().float())
     with pytest.raises(ValueError, match="magnitude must be in 0..10, got 11"):
         rand_augment(images(), magnitude=11)
+    with pytest.raises(ValueError, match="got 2 and 1.5"):
+        rand_augment(images(), prob=1.5)
 
 
 def constant_images(b=8, side=16):

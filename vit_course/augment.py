@@ -104,8 +104,9 @@ def _geometric_op(name, x, m, generator):
     return F.grid_sample(x - 0.5, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + 0.5
 
 
-def rand_augment(images, generator=None, num_ops=2, magnitude=9):
-    """RandAugment on a batch: each image gets ``num_ops`` ops drawn uniformly from ``OPS``, one after another.
+def rand_augment(images, generator=None, num_ops=2, magnitude=9, prob=0.5):
+    """RandAugment on a batch: each image draws ``num_ops`` ops uniformly from ``OPS`` and applies each, one after
+    another, with probability ``prob`` (timm's RandAugment, which DeiT trains with, uses 0.5).
 
     images: (b, C, H, W) uint8 -> (b, C, H, W) uint8, same device. magnitude: 0..10, the strength of every op
     (rotations up to 30 degrees at 10, shifts up to 45% of the side, blend factors 1 +- 0.9, ...); ops with a
@@ -116,11 +117,12 @@ def rand_augment(images, generator=None, num_ops=2, magnitude=9):
                          f"{tuple(images.shape)}")
     if not 0 <= magnitude <= 10:
         raise ValueError(f"magnitude must be in 0..10, got {magnitude}")
-    if num_ops < 0:
-        raise ValueError(f"num_ops must be >= 0, got {num_ops}")
+    if num_ops < 0 or not 0 <= prob <= 1:
+        raise ValueError(f"num_ops must be >= 0 and prob in 0..1, got {num_ops} and {prob}")
     x, m, b = images.float() / 255, magnitude / 10, images.shape[0]  # (b, C, H, W) in 0..1
     for _ in range(num_ops):
         choice = (_uniform(b, generator, images.device) * len(OPS)).long().clamp_max(len(OPS) - 1)  # (b,)
+        choice[_uniform(b, generator, images.device) >= prob] = OPS.index("identity")  # skipped: op not applied
         for k, name in enumerate(OPS):
             chosen = (choice == k).nonzero().flatten()  # (n,) the images that drew op k
             if len(chosen) == 0 or name == "identity":

@@ -97,14 +97,15 @@ def mnist_augment(images, generator=None, max_shift=2):
     return random_translate(images, max_shift=max_shift, generator=generator)
 
 
-def cifar_augment(images, generator=None, padding=4, rand_ops=0, magnitude=9):
+def cifar_augment(images, generator=None, padding=4, rand_ops=0, magnitude=9, rand_prob=0.5):
     """CIFAR-10's training augmentation: crop with ``padding`` (the ResNet paper's 4), then flip.
 
     (b, 3, 32, 32) -> (b, 3, 32, 32). A recipe may choose a milder padding (``RECIPES["cifar10"]["augment"]``), or
-    add ``rand_ops`` RandAugment ops of strength ``magnitude`` after the flip (``augment.rand_augment``).
+    add ``rand_ops`` RandAugment ops of strength ``magnitude``, each applied with probability ``rand_prob``, after
+    the flip (``augment.rand_augment``).
     """
     images = random_crop_flip(images, padding=padding, flip=True, generator=generator)
-    return rand_augment(images, generator, rand_ops, magnitude) if rand_ops else images
+    return rand_augment(images, generator, rand_ops, magnitude, rand_prob) if rand_ops else images
 
 
 # Each dataset's standard training augmentation: ``loaders(name, ..., augment=True)`` uses it.

@@ -103,7 +103,7 @@ RECIPES = {
                       mlp_ratio=2.0, pool="cls", pos_embed="learned", drop_path=0.1),
         "train": dict(epochs=150, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=5,
                       label_smoothing=0.1, min_lr=1e-5),
-        "augment": dict(padding=4, rand_ops=2, magnitude=9),
+        "augment": dict(padding=4, rand_ops=2, magnitude=9, rand_prob=0.5),
         "mix": dict(cutmix=1.0, mixup=0.8, switch=0.5),  # keywords for augment.mix_batch
         "time_budget": None,
         "reserve": 0,
