@@ -1,4 +1,5 @@
-"""The Jupyter Book: all nine chapters, offline assets and MathJax, Colab links, folded solutions, results table.
+"""The Jupyter Book: all nine chapters, offline assets and MathJax, Colab links, folded solutions, results table, and
+the appendix "How the recipes were chosen" with its tables generated from benchmarks/results.
 
 One real build of book/ into a temporary folder (shared by the tests below), one build of a scratch copy
 that must fail, and unit tests of the build's helpers. Marked `book`: `pytest -m "not book"` skips it.
@@ -22,8 +23,11 @@ _spec = importlib.util.spec_from_file_location("book_build", BOOK / "build.py")
 book_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(book_build)
 
-from course_chapters import COLAB_LINK, fold_solutions  # noqa: E402
+import course_recipes  # noqa: E402
+from course_chapters import COLAB_LINK, fold_solutions, point_book_links  # noqa: E402
 from course_results import format_seconds, read_metrics, results_rows  # noqa: E402
+
+from vit_course.results import measurement, seed_rows  # noqa: E402
 
 pytestmark = pytest.mark.book
 CHAPTERS = book_build.CHAPTERS
@@ -31,9 +35,76 @@ CHAPTERS = book_build.CHAPTERS
 
 # ---- helpers, no build -------------------------------------------------------------------------------------
 
-def test_toc_lists_the_nine_chapters_in_order():
+def test_toc_lists_the_nine_chapters_in_order_then_the_reference_pages_and_the_appendix():
     toc = (BOOK / "_toc.yml").read_text()
     assert re.findall(r"file:\s*chapters/(\S+)", toc) == list(CHAPTERS)
+    assert re.findall(r"file:\s*(\w+)\b(?!/)", toc) == ["results", "glossary", "references", "recipes"]
+
+
+def test_chapter_links_to_the_book_pages_point_from_the_chapters_folder():
+    nb = {"cells": [{"cell_type": "markdown", "source": ["See [the appendix](../book/recipes.md) and\n",
+                                                         "[results](../book/results.md#seeds)."]},
+                    {"cell_type": "code", "source": "link = '](../book/recipes.md)'"}]}
+    assert point_book_links(nb) == 2
+    assert nb["cells"][0]["source"] == "See [the appendix](../recipes.md) and\n[results](../results.md#seeds)."
+    assert nb["cells"][1]["source"] == "link = '](../book/recipes.md)'"  # code is left alone
+    for name in CHAPTERS:  # in the repository the same links open the page from solutions/ and notebooks/
+        text = (ROOT / "solutions" / f"{name}.ipynb").read_text()
+        for page in re.findall(r"\]\(\.\./book/([\w-]+\.md)", text):
+            assert (BOOK / page).is_file(), (name, page)
+
+
+# ---- the appendix's tables, no build ------------------------------------------------------------------------
+
+APPENDIX = (BOOK / "recipes.md").read_text()
+
+
+def test_the_appendix_shows_every_table_once_and_names_no_other():
+    assert re.findall(r"```\{recipe-table\} (\S+)", APPENDIX) == list(course_recipes.TABLES)
+
+
+@pytest.mark.parametrize("name", list(course_recipes.TABLES))
+def test_each_appendix_table_is_rectangular_and_not_empty(name):
+    header, rows = course_recipes.table(name)
+    assert rows and all(len(row) == len(header) for row in rows), name
+    assert all(isinstance(cell, str) and cell for row in rows for cell in row), name
+
+
+@pytest.mark.parametrize("name, result", [("ablate-mnist", "ablate_mnist"), ("ablate-cifar10", "ablate_cifar10"),
+                                          ("flip-tta", "flip_tta")])
+def test_appendix_tables_follow_the_stored_runs(name, result):
+    runs = measurement(result)["runs"]
+    header, rows = course_recipes.table(name)
+    column = [h for h in header if h in ("test accuracy", "one view")][0]
+    assert [row[header.index(column)].split()[0] for row in rows] == [f"{100 * r['test_accuracy']:.2f}%" for r in runs]
+    assert [row[header.index("epochs")] for row in rows] == [f"{r['epochs']:.2f}" for r in runs]
+
+
+def test_an_appendix_table_changes_with_its_result():
+    result = measurement("stem_speed")
+    _, before = course_recipes.stem_speed(result)
+    result["runs"][0].update(first_ms=200.0, speedup=5.362)
+    _, after = course_recipes.stem_speed(result)
+    assert after[0][3] == f"200.0 against {result['runs'][0]['second_ms']:.1f}" and after[0][4].startswith("5.36x")
+    assert after[1:] == before[1:]
+    assert course_recipes.threads_cell({"threads": 2, "thread_changes": [[5.7, 1], [52.3, 2]]}) == "2, 1 at times"
+    assert course_recipes.threads_cell({"threads": 1, "thread_changes": [[82.6, 1], [92.7, 2]]}) == "2, 1 at times"
+    assert course_recipes.threads_cell({"threads": 2, "thread_changes": [[86.6, 2]]}) == "2 from 87 s"
+    assert course_recipes.threads_cell({"threads": 1, "thread_changes": []}) == "1"
+    assert course_recipes.machine_name({"cpu": "Intel(R) Xeon(R) Processor", "amx": True}) == "Intel Xeon, AMX"
+
+
+def test_the_appendix_prose_quotes_only_accuracies_its_tables_show():
+    """A percentage typed in the page's text must be one the generated tables (or the results page's seeds) show,
+    so a re-recorded benchmark cannot leave the prose quoting a number that no table holds any more."""
+    shown = {cell for name in course_recipes.TABLES for row in course_recipes.table(name)[1] for cell in row}
+    shown |= {cell for row in seed_rows() for cell in row}
+    shown = " ".join(shown)
+    prose = re.sub(r"```.*?```", " ", APPENDIX, flags=re.S)
+    quoted = re.findall(r"\d+\.\d\d%", prose)
+    assert quoted, "the page quotes no accuracy: nothing to check"
+    missing = sorted({q for q in quoted if q not in shown})
+    assert missing == [], f"book/recipes.md quotes accuracies that no table shows: {missing}"
 
 
 def test_fold_solutions_tags_exercise_cells_only():
@@ -105,7 +176,7 @@ def test_every_chapter_is_built_and_in_the_navigation(html):
     for name in CHAPTERS:
         assert (html / "chapters" / f"{name}.html").is_file(), name
         assert f'href="chapters/{name}.html"' in index, f"{name} missing from the navigation"
-    for page in ("results", "glossary", "references"):
+    for page in ("results", "glossary", "references", "recipes"):
         assert f'href="{page}.html"' in index
 
 
@@ -158,6 +229,25 @@ def test_results_table_is_generated_from_the_metrics(html):
         tds = re.findall(r"<td.*?</td>", cells.group(1), re.S)
         plain = [" ".join(re.sub(r"<[^>]+>", " ", td).split()) for td in tds]  # cell texts, tags dropped
         assert plain == row[1:], (row, plain)
+
+
+def test_appendix_tables_are_generated_from_the_stored_results(html):
+    text = (html / "recipes.html").read_text()
+    tables = re.findall(r"<table.*?</table>", text, re.S)
+    assert len(tables) == len(course_recipes.TABLES)
+    for name, table in zip(course_recipes.TABLES, tables, strict=True):
+        header, rows = course_recipes.table(name)
+        shown = [[" ".join(re.sub(r"<[^>]+>", " ", td).split()) for td in re.findall(r"<t[dh].*?</t[dh]>", tr, re.S)]
+                 for tr in re.findall(r"<tr.*?</tr>", table, re.S)]
+        assert shown == [[html_unescaped(c) for c in header], *[[html_unescaped(c) for c in row] for row in rows]], name
+    for name in ("06_train_mnist", "07_train_cifar10", "09_going_further"):  # the text, not the navigation
+        article = re.search(r"<article\b.*?</article>", (html / "chapters" / f"{name}.html").read_text(), re.S)
+        assert 'href="../recipes.html"' in article.group(0), f"{name} does not link to the appendix"
+
+
+def html_unescaped(cell):
+    """A cell's text as the HTML writes it (quotes and ampersands escaped)."""
+    return cell.replace("&", "&amp;").replace('"', "&quot;").replace("'", "&#x27;").replace("<", "&lt;")
 
 
 def test_a_notebook_left_out_of_the_toc_or_a_broken_reference_fails_the_build(tmp_path):

@@ -1,8 +1,9 @@
 """The built book in a real browser: headless Chromium (Debian's package) driven by Playwright, on loopback.
 
-Every page: no failed request, no JavaScript error, every `.math` element rendered by MathJax, every image
-loaded. Chapters: the Colab link opens notebooks/<chapter>.ipynb, a file of the repository; each solution toggle
-opens and closes; a cell's print-out is one block; the search page finds the chapter by a word of its own.
+Every page (the appendix "How the recipes were chosen" too, with its tables): no failed request, no JavaScript
+error, every `.math` element rendered by MathJax, every image loaded. Chapters: the Colab link opens
+notebooks/<chapter>.ipynb, a file of the repository; each solution toggle opens and closes; a cell's print-out is
+one block; the search page finds the chapter by a word of its own; chapter 07's link opens the appendix.
 Screenshots of chapter 01 at desktop (1280 px) and phone (390 px) widths go to book/_build/screenshots/ (CI
 artifacts); at both widths the page fits the window.
 
@@ -35,7 +36,7 @@ CHAPTERS = (
     "01_self_attention", "02_multi_head_attention", "03_encoder_block", "04_patch_embeddings",
     "05_vision_transformer", "06_train_mnist", "07_train_cifar10", "08_what_vit_learns", "09_going_further",
 )
-PAGES = ("index", "results", "glossary", "references", "genindex", *(f"chapters/{c}" for c in CHAPTERS))
+PAGES = ("index", "results", "glossary", "references", "recipes", "genindex", *(f"chapters/{c}" for c in CHAPTERS))
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # A closed network: nothing may reach outside, and Chromium must not try (updates, sync, field trials).
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -206,6 +207,29 @@ def test_the_book_has_math_and_figures(site, visit):
     assert first.math["math"] >= 10, first.math
     assert sum(1 for src, _ in first.images if src.startswith("../_images/") and src.endswith(".png")) >= 1
     assert visit("glossary").math["math"] >= 5
+
+
+def test_appendix_shows_its_tables_and_the_chapters_lead_to_it(site, visit, browser, base_url):
+    """The appendix "How the recipes were chosen" shows its generated tables; chapter 07's link opens it."""
+    page = visit("recipes").page
+    assert "How the recipes were chosen" in page.title()
+    expected = len(re.findall(r"```\{recipe-table\}", (book_dir(site) / "recipes.md").read_text(encoding="utf-8")))
+    tables = page.locator("article table")
+    assert expected and tables.count() == expected, f"{tables.count()} tables on the page, {expected} in its source"
+    for i in range(tables.count()):
+        assert tables.nth(i).locator("tbody tr").count() >= 1 and tables.nth(i).is_visible(), f"table {i + 1}"
+    chapter = "07_train_cifar10"
+    chapter_built(site, chapter)
+    v = Visit(browser, f"{base_url}chapters/{chapter}.html")
+    try:
+        link = v.page.locator("article a[href='../recipes.html']").last  # the text's, not the navigation's
+        assert link.is_visible(), f"{chapter}: no visible link to the appendix in its text"
+        link.click()
+        v.page.wait_for_load_state("load")
+        assert v.page.url.split("#")[0].endswith("/recipes.html"), v.page.url
+        assert v.problems == [], "\n".join(v.problems)
+    finally:
+        v.close()
 
 
 # ---- chapters ------------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ The chapters are the solution notebooks themselves (book/chapters -> ../solution
   is read, so the page shows the solution behind a "Show solution" toggle and its outputs open.
 - `label_setup` names the toggle of the setup cell, which its own `hide-cell` tag (written by
   `python -m vit_course notebooks`) folds, input and output, so each chapter opens with its story.
+- `point_book_links` turns a chapter's links to the book's pages, `../book/NAME.md` (right from solutions/ and
+  notebooks/ in the repository), into `../NAME.md`, the page seen from the book's chapters/ folder.
 - `LocalAssets` swaps the Colab badge's remote SVG for `_static/colab-badge.svg` and warns (an error under -W)
   about any other image, script or style that would be fetched from outside: the book must read offline.
 - The same pass finds each chapter's Colab link and warns unless it opens `notebooks/<chapter>.ipynb`, a
@@ -66,12 +68,29 @@ def label_setup(notebook):
     return named
 
 
+BOOK_LINK = re.compile(r"\]\(\.\./book/([\w-]+\.md(?:#[\w-]*)?)\)")
+
+
+def point_book_links(notebook):
+    """Point each markdown link `](../book/NAME.md)` of a notebook (a dict) at `](../NAME.md)`; returns how many."""
+    moved = 0
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        cell["source"], count = BOOK_LINK.subn(r"](../\1)", source)
+        moved += count
+    return moved
+
+
 def on_source_read(app, docname, source):
-    """Fold the solutions of a notebook chapter and name its setup toggle as Sphinx reads it (not on disk)."""
+    """Fold the solutions of a notebook chapter, name its setup toggle and point its links to the book's pages, as
+    Sphinx reads it (not on disk)."""
     if not str(app.env.doc2path(docname)).endswith(".ipynb"):
         return
     notebook = json.loads(source[0])
-    if fold_solutions(notebook) + label_setup(notebook):
+    if fold_solutions(notebook) + label_setup(notebook) + point_book_links(notebook):
         source[0] = json.dumps(notebook)
 
 

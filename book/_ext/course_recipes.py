@@ -1,0 +1,201 @@
+"""The appendix "How the recipes were chosen" (book/recipes.md): its tables, written when the book is built from the
+benchmarks' stored results, ``benchmarks/results/NAME.json`` (read by ``vit_course.results.measurement``), and
+from the shipped runs' ``metrics.json``, so no number in a table is typed by hand.
+
+    ```{recipe-table} ablate-mnist
+    ```
+
+renders the table of that name: ``TABLES`` maps each name to the result files it reads and a function turning them
+into a header and rows of strings. Each file is a dependency of the page, so re-recording a benchmark and rebuilding
+updates the table.
+"""
+
+from course_chapters import make_table
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+from vit_course.results import BENCHMARKS, CHECKPOINTS, measurement, read_metrics
+
+logger = logging.getLogger(__name__)
+
+
+def percent(fraction):
+    return f"{100 * fraction:.2f}%"
+
+
+def machine_name(machine):
+    """A run's recorded machine: {'cpu': 'Intel(R) Xeon(R) Processor', 'amx': True} -> 'Intel Xeon, AMX'."""
+    machine = machine or {}
+    cpu = (machine.get("cpu") or "not recorded").replace("(R)", "").removesuffix(" Processor").strip()
+    return cpu + (", AMX" if machine.get("amx") else "")
+
+
+def threads_cell(run):
+    """The threads a run trained on: '2'; '2, 1 at times' when the thread watch took a core away while another
+    process held it; '2 from 87 s' when its only change set the count it ended with."""
+    changes = run.get("thread_changes") or []
+    seen = {run["threads"], *(threads for _, threads in changes)}
+    if not changes:
+        return str(run["threads"])
+    return f"{max(seen)}, {min(seen)} at times" if len(seen) > 1 else f"{run['threads']} from {changes[0][0]:.0f} s"
+
+
+def stem_cell(run, default):
+    """The conv stem a run trained, '(16, 32, 64)' (', strided' without pooling): its recorded recipe with its
+    changes, or for runs recorded before the recipe was stored, ``default`` with the changes."""
+    model = {"stem_channels": default, **run.get("settings", {}).get("model", {})}
+    model.update({key.removeprefix("model."): value for key, value in run["set"].items() if key.startswith("model.")})
+    return str(tuple(model["stem_channels"])) + ("" if model.get("stem_pool", True) else ", strided")
+
+
+def length_cell(run):
+    """'2 epochs in 93 s' for a run fixed at a number of epochs (its budget only a cap), else '120 s budget'."""
+    epochs = run["set"].get("train.epochs")
+    return f"{epochs} epochs in {run['wall_seconds']:.0f} s" if epochs else f"{run['budget']:.0f} s budget"
+
+
+def changes_cell(run):
+    """The settings a run changed from the recipe of its day, besides its length, stem and precision."""
+    shown = {key: value for key, value in run["set"].items()
+             if key not in ("train.epochs", "train.amp") and not key.startswith("model.stem")}
+    return ", ".join(f"{key}={value}" for key, value in shown.items()) or "none"
+
+
+def ablate_mnist(result):
+    header = ["length", "seed", "stem", "other changes", "threads", "epochs", "test accuracy"]
+    rows = [[length_cell(run), str(run["seed"]), stem_cell(run, [32, 64]), changes_cell(run), threads_cell(run),
+             f"{run['epochs']:.2f}", percent(run["test_accuracy"])] for run in result["runs"]]
+    return header, rows
+
+
+def ablate_cifar10(result):
+    header = ["machine", "length", "stem", "precision", "other changes", "threads", "epochs", "test accuracy"]
+    precision = {"off": "float32", "bf16": "bfloat16", None: "native"}
+    rows = []
+    for run in result["runs"]:
+        flips = run.get("settings", {}).get("train", {}).get("test_flips", False)  # the final evaluation's mirror
+        rows.append([machine_name(run["machine"]), length_cell(run), stem_cell(run, [64, 128]),
+                     precision[run["set"].get("train.amp")], changes_cell(run), threads_cell(run),
+                     f"{run['epochs']:.2f}",
+                     percent(run["test_accuracy"]) + (" with test-time flips" if flips else "")])
+    return header, rows
+
+
+def stem_speed(result):
+    header = ["recipe", "stems timed", "batch", "ms per step", "speed-up (range)", "rounds", "machine"]
+    rows = [[run["recipe"], " against ".join(str(tuple(stem)) for stem in run["stems"]), str(run["batch_size"]),
+             f"{run['first_ms']:.1f} against {run['second_ms']:.1f}",
+             f"{run['speedup']:.2f}x ({run['speedup_range'][0]:.2f} to {run['speedup_range'][1]:.2f}x)",
+             str(run["rounds"]), machine_name(run["machine"])] for run in result["runs"]]
+    return header, rows
+
+
+def short_schedule(*results):
+    header = ["recipe", "stem", "epochs at low resolution", "epochs at full size", "training seconds",
+              "last weights", "weight EMA (decay: accuracy)"]
+    rows = []
+    for result in results:
+        for run in result["runs"]:
+            stem = run.get("settings", {}).get("model", {}).get("stem_channels")
+            low = f"{run['low_epochs']:g} at {run['low_size']} px" if run["low_epochs"] else "0"
+            emas = ", ".join(f"{decay}: {percent(ema['test_accuracy'])}" for decay, ema in run["ema"].items())
+            rows.append([result["recipe"], str(tuple(stem)) if stem else "not recorded", low,
+                         f"{run['high_epochs']:g}", f"{run['low_seconds'] + run['high_seconds']:.0f}",
+                         percent(run["test_accuracy"]), emas])
+    return header, rows
+
+
+def flip_tta(result):
+    header = ["checkpoint", "epochs", "one view", "with its mirror", "gain (points)", "machine"]
+    rows = [[run["checkpoint"], f"{run['epochs']:.2f}", percent(run["test_accuracy"]), percent(run["flip_accuracy"]),
+             f"{100 * run['gain']:+.2f}", machine_name(run["machine"])] for run in result["runs"]]
+    return header, rows
+
+
+def _model_cell(step):
+    model = step.get("model")
+    cell = f"stem {tuple(model['stem_channels'])}" if model else "stem not recorded"
+    return cell + (f", batch {step['batch_size']}" if "batch_size" in step else "")
+
+
+def bf16_speedup(result):
+    header = ["machine", "recipe", "model timed", "float32 ms", "bfloat16 ms", "speed-up (range)", "rounds"]
+    rows = [[machine_name(run["machine"]), step["recipe"], _model_cell(step), f"{step['fp32_ms']:.0f}",
+             f"{step['bf16_ms']:.0f}",
+             f"{step['speedup']:.2f}x ({step['speedup_range'][0]:.2f} to {step['speedup_range'][1]:.2f}x)",
+             str(step["rounds"])] for run in result["runs"] for step in run["steps"]]
+    return header, rows
+
+
+def matmul(result):
+    header = ["machine", "matrix product", "float32 GFLOP/s", "bfloat16 GFLOP/s"]
+    rows = [[machine_name(run["machine"]), "512 x 512", f"{run['matmul_gflops']['fp32_512']:.0f}",
+             f"{run['matmul_gflops']['bf16_512']:.0f}"] for run in result["runs"] if "matmul_gflops" in run]
+    return header, rows
+
+
+def compile_speedup(result):
+    header = ["machine", "recipe", "compiling (s)", "eager ms", "compiled ms", "speed-up (range)", "rounds"]
+    rows = [[machine_name(run["machine"]), step["recipe"], f"{step['compile_seconds']:.0f}",
+             f"{step['eager_ms']:.0f}", f"{step['compiled_ms']:.0f}",
+             f"{step['speedup']:.2f}x ({step['speedup_range'][0]:.2f} to {step['speedup_range'][1]:.2f}x)",
+             str(step["rounds"])] for run in result["runs"] for step in run["steps"]]
+    return header, rows
+
+
+def amp_trials(checkpoints=CHECKPOINTS):
+    """The timed trial of `amp="native"` in each shipped run that made one (``bf16_trial`` in its metrics.json)."""
+    header = ["shipped run", "machine", "float32 ms per step", "bfloat16 ms per step", "trained in"]
+    rows = []
+    for path in sorted(checkpoints.glob("*/metrics.json")):
+        metrics = read_metrics(path)
+        trial = metrics.get("bf16_trial")
+        if trial:
+            rows.append([path.parent.name, machine_name(metrics.get("machine")), f"{trial['fp32_ms']:.1f}",
+                         f"{trial['bf16_ms']:.1f}", "bfloat16" if trial["bf16"] else "float32"])
+    return header, rows
+
+
+TABLES = {  # name -> (benchmarks/results files it reads, the function making the table from them), in page order
+    "ablate-mnist": (["ablate_mnist"], ablate_mnist),
+    "stem-speed": (["stem_speed"], stem_speed),
+    "ablate-cifar10": (["ablate_cifar10"], ablate_cifar10),
+    "short-schedule": (["short_schedule_mnist", "short_schedule_cifar10"], short_schedule),
+    "flip-tta": (["flip_tta"], flip_tta),
+    "bf16-speedup": (["bf16_speedup"], bf16_speedup),
+    "matmul": (["bf16_speedup"], matmul),
+    "amp-trials": ([], lambda: amp_trials()),  # from the shipped runs' metrics.json
+    "compile-speedup": (["compile_speedup"], compile_speedup),
+}
+
+
+def table(name):
+    """(header, rows) of the appendix's table ``name``; KeyError for a name not in ``TABLES``."""
+    files, build = TABLES[name]
+    return build(*(measurement(file) for file in files))
+
+
+class RecipeTable(SphinxDirective):
+    """`{recipe-table} NAME`: one of the appendix's tables, from the stored results (``TABLES``)."""
+
+    required_arguments = 1
+
+    def run(self):
+        name = self.arguments[0]
+        if name not in TABLES:
+            logger.warning("recipe-table: no table %r (known: %s)", name, ", ".join(TABLES),
+                           location=self.get_location())
+            return []
+        for file in TABLES[name][0]:
+            self.env.note_dependency(str(BENCHMARKS / f"{file}.json"))
+        if name == "amp-trials":  # read from the shipped runs' metrics
+            for path in CHECKPOINTS.glob("*/metrics.json"):
+                self.env.note_dependency(str(path))
+        header, rows = table(name)
+        widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+        return [make_table(header, rows, widths=widths)]
+
+
+def setup(app):
+    app.add_directive("recipe-table", RecipeTable)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
