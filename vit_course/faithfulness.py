@@ -27,6 +27,7 @@ def delete_patches(images, ranking, fraction, patch_size):
         fraction: share of the N patches to delete, in [0, 1]; round(fraction * N) patches are deleted
         patch_size: P
     Returns: a new (b, C, H, W) tensor; ``images`` is left unchanged.
+    Raises: ValueError when ranking is not (b, N) for these images, or fraction is outside [0, 1].
     """
     gh, gw = patch_grid(images.shape[-2:], patch_size)
     if ranking.shape != (images.shape[0], gh * gw):
