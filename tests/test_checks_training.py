@@ -1,19 +1,16 @@
-"""The chapter 06-08 checks (training step, evaluation, schedule, augmentation, interpretability) catch mistakes."""
+"""The chapter 06-07 checks (training step, evaluation, schedule, augmentation) catch mistakes; chapter 08's are in
+test_checks_interpret.py."""
 
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 
-import vit_course
-from vit_course import batches, checks, interpret, train
+from vit_course import batches, checks, train
 from vit_course.checks import CheckFailed
 
 from .check_helpers import accepts, rejects
-
-check_attention = getattr(interpret, "check_attention", None) or interpret._check_attention  # renamed
 
 # --- train_step ----------------------------------------------------------------------------------------------
 
@@ -173,117 +170,6 @@ def test_random_crop_flip_accepts(impl, capsys):
     accepts(checks.random_crop_flip, impl, capsys)
 
 
-# --- attention_rollout ---------------------------------------------------------------------------------------
-
-def rollout(identity=True, renorm=True, first_left=False, heads=lambda a: a.mean(1), axis=-1, keep_dtype=False,
-            validate=True):
-    def attention_rollout(attentions):
-        if validate:
-            if not attentions:
-                raise ValueError("no layers")
-            for i, a in enumerate(attentions):
-                check_attention(a, f"attentions[{i}]")
-                if a.shape[-1] != attentions[0].shape[-1]:
-                    raise ValueError(f"attentions[{i}] has {a.shape[-1]} tokens")
-        dtype = attentions[0].dtype if keep_dtype else torch.float32
-        result = torch.eye(attentions[0].shape[-1], dtype=dtype)
-        for a in attentions:
-            a = heads(a.to(dtype))
-            a = a + torch.eye(a.shape[-1], dtype=dtype) if identity else a
-            a = a / a.sum(axis, keepdim=True) if renorm else a
-            result = result @ a if first_left else a @ result
-        return result
-    return attention_rollout
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (rollout(identity=False), "identity"), (rollout(renorm=False), "renormalised"),
-    (rollout(first_left=True), "wrong order"), (rollout(heads=lambda a: a.amax(1)), "max"),
-    (rollout(heads=lambda a: a), r"\(b, n, n\)"),
-])
-def test_rollout_rejects(impl, hint):
-    rejects(checks.attention_rollout, impl, hint)
-
-
-def rollout_einsum(attentions):
-    if not attentions or any(a.ndim != 4 or a.shape[-1] != attentions[0].shape[-1] for a in attentions):
-        raise ValueError("attentions must be a non-empty list of (b, h, n, n) weights of one n")
-    result = None
-    for a in attentions:
-        a = a.float()
-        a = 0.5 * a.mean(1) + 0.5 * torch.eye(a.shape[-1])  # rows already sum to 1
-        result = a if result is None else torch.einsum("bij,bjk->bik", a, result)
-    return result
-
-
-@pytest.mark.parametrize("impl", [vit_course.attention_rollout, rollout(), rollout_einsum])
-def test_rollout_accepts(impl, capsys):
-    accepts(checks.attention_rollout, impl, capsys)
-
-
-# --- mean_attention_distance ---------------------------------------------------------------------------------
-
-def distance(unit_pixels=True, renorm=True, drop_cls=True, manhattan=False, swap_patch=False, validate=True):
-    def mean_attention_distance(attention, grid_size, patch_size):
-        gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
-        if validate and (attention.ndim != 4 or attention.shape[-1] < gh * gw):
-            raise ValueError(f"attention {tuple(attention.shape)} does not fit a {gh}x{gw} grid")
-        k = attention.shape[-1] - gh * gw if drop_cls else 0
-        a = attention[:, :, k:, k:]
-        a = a / a.sum(-1, keepdim=True) if renorm else a
-        ys, xs = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-        size = torch.tensor((patch_size, patch_size) if isinstance(patch_size, int) else patch_size)
-        size = size.flip(0) if swap_patch else size
-        centres = (torch.stack([ys.flatten(), xs.flatten()], -1) + 0.5) * (size if unit_pixels else 1)
-        d = torch.cdist(centres.float(), centres.float(), p=1.0 if manhattan else 2.0)
-        return (a * d).sum(-1).mean((0, 2))
-    return mean_attention_distance
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (distance(unit_pixels=False), "in patches, not pixels"),
-    (distance(renorm=False), "divide each query's patch weights"),
-    (distance(drop_cls=False), "raised"), (distance(manhattan=True), "city-block"),
-])
-def test_distance_rejects(impl, hint):
-    rejects(checks.mean_attention_distance, impl, hint)
-
-
-@pytest.mark.parametrize("impl", [vit_course.mean_attention_distance, distance()])
-def test_distance_accepts(impl, capsys):
-    accepts(checks.mean_attention_distance, impl, capsys)
-
-
-# --- position_embedding_similarity ---------------------------------------------------------------------------
-
-def similarity(normalise=True, drop_cls=True, on_grid=True, detach=True, to_float=True, axis=-1, validate=True):
-    def position_embedding_similarity(pos_embed, grid_size):
-        gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
-        if validate and ((pos_embed.ndim == 3 and len(pos_embed) != 1) or pos_embed.shape[-2] < gh * gw):
-            raise ValueError(f"pos_embed {tuple(pos_embed.shape)} does not fit a {gh}x{gw} grid")
-        table = pos_embed.reshape(-1, pos_embed.shape[-1])
-        table = table.detach() if detach else table
-        table = table.float() if to_float else table
-        table = table[len(table) - gh * gw:] if drop_cls else table
-        table = F.normalize(table, dim=axis) if normalise else table
-        sim = table @ table.T
-        return rearrange(sim, "(a b) (c d) -> a b c d", a=gh, b=gw, c=gh, d=gw) if on_grid else sim
-    return position_embedding_similarity
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (similarity(normalise=False), "dot products"), (similarity(on_grid=False), "lay the"),
-    (similarity(drop_cls=False), "raised"),
-])
-def test_similarity_rejects(impl, hint):
-    rejects(checks.position_embedding_similarity, impl, hint)
-
-
-@pytest.mark.parametrize("impl", [vit_course.position_embedding_similarity, similarity()])
-def test_similarity_accepts(impl, capsys):
-    accepts(checks.position_embedding_similarity, impl, capsys)
-
-
 # --- more slips, each named (issue "The learner's path") ------------------------------------------------------
 
 def step_with(slip):
@@ -353,78 +239,3 @@ def test_warmup_cosine_rejects_more(slip, hint):
 ])
 def test_random_crop_flip_rejects_more(impl, hint):
     rejects(checks.random_crop_flip, impl, hint)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (rollout(axis=-2), "renormalised over the wrong axis"),
-    (rollout(keep_dtype=True), "float16 weights gave a torch.float16 rollout, expected float32"),
-    (rollout(validate=False), "an empty list of layers: expected a ValueError, your code raised IndexError"),
-])
-def test_rollout_rejects_more(impl, hint):
-    rejects(checks.attention_rollout, impl, hint)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (distance(swap_patch=True), r"height and width are swapped: patch_size is \(Ph, Pw\)"),
-    (distance(validate=False), r"without a head axis: expected a ValueError"),
-])
-def test_distance_rejects_more(impl, hint):
-    rejects(checks.mean_attention_distance, impl, hint)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (similarity(detach=False), r"still requires grad(.|\n)*\.detach\(\)"),
-    (similarity(to_float=False), "a float16 table gave torch.float16 similarities"),
-    (similarity(axis=0), "normalised over the wrong axis"),
-    (similarity(validate=False), r"shape \(2, 10, 8\): the first axis must be 1: expected a ValueError"),
-])
-def test_similarity_rejects_more(impl, hint):
-    rejects(checks.position_embedding_similarity, impl, hint)
-
-
-# --- delete_patches (chapter 08's deletion test) -----------------------------------------------------------------
-
-def deleting(lowest=False, order="h w", count=round, batch_wide=False, in_place=False, fill=0.0, pixels=False):
-    """delete_patches as a learner might write it, with one slip switched on."""
-    def delete_patches(images, ranking, fraction, patch_size):
-        b, _, h, w = images.shape
-        gh, gw = h // patch_size, w // patch_size
-        if ranking.shape != (b, gh * gw):
-            raise ValueError(f"ranking {tuple(ranking.shape)} is not (batch, patches) = {(b, gh * gw)}")
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"fraction {fraction} is not in [0, 1]")
-        k = count(fraction * gh * gw)
-        keep = torch.ones(b, gh * gw)
-        if batch_wide:
-            keep.view(-1)[ranking.flatten().topk(k * b, largest=not lowest).indices] = 0.0
-        else:
-            keep.scatter_(1, ranking.topk(k, dim=1, largest=not lowest).indices, 0.0)
-        pattern = "b (h w) -> b h w" if order == "h w" else "b (w h) -> b h w"
-        grid = rearrange(keep, pattern, h=gh)
-        if pixels:
-            mask = torch.ones(b, h, w)
-            mask[:, :gh, :gw] = grid
-        else:
-            mask = grid.repeat_interleave(patch_size, 1).repeat_interleave(patch_size, 2)
-        mask = mask[:, None].bool()
-        if in_place:
-            images.masked_fill_(~mask, fill)
-            return images
-        return torch.where(mask, images, torch.full_like(images, fill))
-    return delete_patches
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (deleting(lowest=True), "ranked lowest"), (deleting(order="w h"), "column by column"),
-    (deleting(pixels=True), "pixel positions"), (deleting(count=int), r"int\(\) rounds down"),
-    (deleting(batch_wide=True), "whole batch"), (deleting(in_place=True), "in place"),
-    (deleting(fill=-1.0), "dataset's mean colour"),
-    (lambda images, ranking, fraction, patch_size: images.clone(), "largest difference"),
-])
-def test_delete_patches_rejects(impl, hint):
-    rejects(checks.delete_patches, impl, hint)
-
-
-@pytest.mark.parametrize("impl", [vit_course.delete_patches, deleting()])
-def test_delete_patches_accepts(impl, capsys):
-    accepts(checks.delete_patches, impl, capsys)

@@ -13,9 +13,12 @@ from vit_course.embeddings import (
 )
 from vit_course.faithfulness import (
     attention_rankings,
+    baseline_rankings,
+    centre_ranking,
     delete_patches,
     deletion_accuracy,
     deletion_curves,
+    norm_ranking,
     random_ranking,
 )
 from vit_course.interpret import attention_rollout, layer_attentions
@@ -89,6 +92,36 @@ def test_delete_patches_zeroes_the_top_ranked_patches_only():
         delete_patches(images, ranking[:, :5], 0.5, 4)
     with pytest.raises(ValueError, match="1.5"):
         delete_patches(images, ranking, 1.5, 4)
+
+
+def test_centre_ranking_puts_the_rings_around_the_centre_first():
+    ranking = centre_ranking(5, (8, 8), torch.Generator().manual_seed(4))  # (5, 64)
+    assert ranking.shape == (5, 64)
+    central = {27, 28, 35, 36}  # (3, 3), (3, 4), (4, 3), (4, 4): the four patches around the centre
+    next_ring = {19, 20, 26, 29, 34, 37, 43, 44}  # one step out along a row or a column
+    for row in ranking:
+        order = row.argsort(descending=True).tolist()
+        assert set(order[:4]) == central and set(order[4:12]) == next_ring
+        assert set(order[12:16]) == {18, 21, 42, 45}  # (2, 2), (2, 5), (5, 2), (5, 5): one step out diagonally
+        assert set(order[-4:]) == {0, 7, 56, 63}  # the corners come last
+    assert not torch.equal(ranking[0].argsort(), ranking[1].argsort())  # ties broken per image
+    odd = centre_ranking(1, (3, 5))[0]  # (15,): an odd grid has one centre patch, (1, 2), and 4 at one step
+    assert odd.argmax() == 7 and set(odd.argsort(descending=True)[1:5].tolist()) == {2, 6, 8, 12}
+
+
+def test_norm_ranking_scores_each_patch_by_its_distance_from_the_mean_colour():
+    g = torch.Generator().manual_seed(5)
+    inputs = 0.1 * torch.randn(2, 3, 8, 12, generator=g)  # (2, 3, 8, 12): a 2 x 3 grid of 4 x 4 patches
+    inputs[0, :, 4:8, 8:12] += 3.0  # image 0's last patch (row 1, column 2) is far from the mean
+    inputs[1, 1, 0:4, 4:8] -= 3.0  # image 1's patch 1 (row 0, column 1), in one channel
+    ranking = norm_ranking(inputs, 4)  # (2, 6)
+    assert ranking.argmax(1).tolist() == [5, 1]
+    by_hand = [[inputs[i, :, 4 * r:4 * r + 4, 4 * c:4 * c + 4].norm() for r in range(2) for c in range(3)]
+               for i in range(2)]
+    torch.testing.assert_close(ranking, torch.tensor(by_hand))
+    rankings = baseline_rankings(inputs, 4, torch.Generator().manual_seed(6))
+    assert set(rankings) == {"random", "centre", "patch norm"}
+    assert all(r.shape == (2, 6) for r in rankings.values()) and torch.equal(rankings["patch norm"], ranking)
 
 
 def test_rankings_and_deletion_on_a_small_vit():

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import vit_course  # noqa: E402
 import vit_course.batches  # noqa: E402
 from vit_course import ViT, attention_distances, plots, position_embedding_similarity, widgets  # noqa: E402
 from vit_course.interpret import pixels_per_token, run_model  # noqa: E402
@@ -130,6 +131,57 @@ def test_deletion_figure_draws_each_ranking_in_percent():
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert list(lines["rollout"].get_xdata()) == [10.0, 50.0] and list(lines["random"].get_ydata()) == [70.0, 40.0]
     assert list(lines["nothing deleted"].get_ydata()) == [75.0, 75.0]
+    plt.close(fig)
+
+
+def test_deletion_figure_tells_overlapping_lines_apart():
+    curves = {"rollout": [0.6, 0.2], "last layer": [0.6, 0.2], "random": [0.7, 0.4], "centre": [0.5, 0.1],
+              "patch norm": [0.7, 0.4]}  # two pairs of identical lines
+    fig = plots.plot_deletion([0.1, 0.5], curves, clean=0.75)
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() in curves]
+    styles = {(line.get_marker(), str(line.get_linestyle())) for line in lines}
+    assert len(lines) == 5 and len(styles) == 5  # every ranking its own marker or dash, not only its colour
+    plt.close(fig)
+
+
+def colour_bars(fig):
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def test_attention_maps_carry_a_colour_bar_and_leave_the_image_visible():
+    model = small_model("rgb-cls")
+    images = images_for(model)
+    _, attentions = run_model(model, images[:1].float() / 255)
+    for fig in (plots.plot_attention_maps(attentions, images[0], model.grid_size),
+                plots.plot_rollout_grid(model, images, torch.arange(4), CLASSES, ncols=2),
+                widgets.attention_view(model, images, None, CLASSES, mode="rollout")):
+        (bar,) = colour_bars(fig)
+        assert bar.get_ylim() == (0.0, 1.0)
+        plt.close(fig)
+    heat = plots.OVERLAY["cmap"]
+    assert heat(0.0)[3] < 0.2 < 0.8 < heat(1.0)[3]  # a low weight is nearly transparent, a high one opaque
+    fig, ax = plt.subplots()
+    shown = plots.show_overlay(ax, images[0], torch.zeros(16, 16))
+    grey = ax.images[0].get_array()
+    assert grey.ndim == 2 and shown is ax.images[1]  # the image in grey under the map; the map is returned
+    plt.close(fig)
+
+
+def test_filter_figure_labels_each_component_legibly():
+    weight = torch.randn(32, 48, generator=torch.Generator().manual_seed(3))  # 32 filters over 4 x 4 x 3 patches
+    fig = plots.plot_embedding_filters(weight, 4, 3, k=10, ncols=5)
+    titles = [ax.title for ax in fig.axes if ax.get_title()]
+    _, shares = vit_course.embedding_filters(weight, 4, 3, k=10)
+    assert [t.get_text() for t in titles] == [f"{100 * s:.0f}%" if s >= 0.01 else f"{100 * s:.1f}%" for s in shares]
+    assert min(t.get_fontsize() for t in titles) >= 8
+    plt.close(fig)
+
+
+def test_position_similarity_axes_count_from_zero_as_the_tensor_does():
+    fig = plots.plot_position_similarity(torch.randn(1, 7, 8), (2, 3))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"] and "from 0" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1"]
     plt.close(fig)
 
 

@@ -14,10 +14,13 @@ def position_embedding_similarity(pos_embed, grid_size):
     """Cosine similarity of every patch's position embedding with every other's, on the patch grid.
 
     Args:
-        pos_embed: (1, n, D) or (n, D); when n > gh * gw the leading (class-token) rows are dropped
-        grid_size: (gh, gw) or int
+        pos_embed: (1, n, D) or (n, D), n = k + gh * gw; the first k (class-token) rows are dropped
+        grid_size: (gh, gw) or an int for a square grid
     Returns:
-        (gh, gw, gh, gw): [i, j] is the map of patch (i, j)'s similarity to every patch
+        (gh, gw, gh, gw) float32, detached from the graph: entry [i1, j1, i2, j2] is the similarity of patch
+        (i1, j1) with patch (i2, j2)
+    Raises:
+        ValueError for a table that is not (1, n, D) or (n, D), or whose n cannot hold the grid
     """
     if pos_embed.ndim == 3:
         if pos_embed.shape[0] != 1:

@@ -3,7 +3,9 @@
 A map that ranks the patches by importance (attention rollout, or the last layer's class-token attention) is
 put to the test: delete the patches it ranks highest and see how much accuracy falls, against deleting as many
 patches chosen at random. "Deleting" sets a patch to zero in the normalised input, which is the dataset's mean
-colour. A faithful map costs more accuracy than chance.
+colour. A map worth reading costs more accuracy than random deletion, and more than two rankings that know nothing
+of the model: patches near the image centre first (where datasets like CIFAR-10 put their objects), and patches
+far from the mean colour first (whose deletion changes the input most).
 
 Shapes: b images, C channels, H x W pixels, P x P patches on a gh x gw grid, N = gh * gw patches.
 """
@@ -12,7 +14,7 @@ import torch
 from einops import rearrange
 
 from .interpret import attention_rollout, layer_attentions, num_prefix, pooled_row
-from .patches import patch_grid
+from .patches import patch_grid, patchify, to_pair
 from .train import eval_mode
 
 
@@ -25,6 +27,7 @@ def delete_patches(images, ranking, fraction, patch_size):
         fraction: share of the N patches to delete, in [0, 1]; round(fraction * N) patches are deleted
         patch_size: P
     Returns: a new (b, C, H, W) tensor; ``images`` is left unchanged.
+    Raises: ValueError when ranking is not (b, N) for these images, or fraction is outside [0, 1].
     """
     gh, gw = patch_grid(images.shape[-2:], patch_size)
     if ranking.shape != (images.shape[0], gh * gw):
@@ -74,6 +77,36 @@ def random_ranking(batch, patches, generator=None):
     return torch.rand(batch, patches, generator=generator)
 
 
+def centre_ranking(batch, grid_size, generator=None):
+    """A ranking that knows only where objects usually are: patches nearer the image centre score higher. (b, N).
+
+    Patches at the same distance from the centre (a ring) come in a random order, drawn per image from
+    ``generator``; a nearer ring always comes first.
+    """
+    gh, gw = to_pair(grid_size)
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")  # (gh, gw) each
+    squared = ((2 * rows + 1 - gh) ** 2 + (2 * cols + 1 - gw) ** 2).flatten()  # (N,) 4 x squared distance, exact
+    ring = torch.unique(squared, return_inverse=True)[1]  # (N,) 0 for the ring nearest the centre
+    return -ring.float() + 0.5 * torch.rand(batch, gh * gw, generator=generator)  # (b, N)
+
+
+def norm_ranking(inputs, patch_size):
+    """A ranking that knows only the pixels: each patch scores its norm in the normalised input, so the patches
+    farthest from the mean colour, whose deletion changes the input most, come first. (b, C, H, W) -> (b, N)."""
+    return patchify(inputs, patch_size).float().norm(dim=-1)  # (b, N)
+
+
+def baseline_rankings(inputs, patch_size, generator=None):
+    """The rankings a map must beat, for normalised ``inputs`` (b, C, H, W): -> {name: (b, N)}.
+
+    "random" (``random_ranking``), "centre" (``centre_ranking``) and "patch norm" (``norm_ranking``); ``generator``
+    draws the random order and the order within the centre's rings.
+    """
+    b, grid = len(inputs), patch_grid(inputs.shape[-2:], patch_size)
+    return {"random": random_ranking(b, grid[0] * grid[1], generator),
+            "centre": centre_ranking(b, grid, generator), "patch norm": norm_ranking(inputs, patch_size)}
+
+
 def deletion_curves(model, inputs, labels, rankings, fractions, patch_size, batch_size=256):
     """``deletion_accuracy`` of every ranking at every fraction: -> {name: [accuracy per fraction]}.
 
@@ -83,4 +116,5 @@ def deletion_curves(model, inputs, labels, rankings, fractions, patch_size, batc
             for name, ranking in rankings.items()}
 
 
-__all__ = ["attention_rankings", "delete_patches", "deletion_accuracy", "deletion_curves", "random_ranking"]
+__all__ = ["attention_rankings", "baseline_rankings", "centre_ranking", "delete_patches", "deletion_accuracy",
+           "deletion_curves", "norm_ranking", "random_ranking"]

@@ -29,14 +29,16 @@ def num_prefix(n, grid_size):
 def attention_rollout(attentions):
     """Attention rollout (Abnar & Zuidema 2020): how much each token's final state draws on each input token.
 
-    Each layer's heads are averaged, the identity is added for the residual path (x + attn(x)),
-    rows are renormalised, and the layers are multiplied with the last one on the left:
-    R = A_L' ... A_2' A_1'.
+    Per layer l: Ā_l, the mean of its heads; Ã_l = Ā_l + I (the residual path, x + attn(x)) with each row
+    divided by its sum; then R = Ã_L ... Ã_2 Ã_1, the last layer on the left.
 
     Args:
         attentions: list (one per layer, first layer first) of weights (b, h, n, n)
     Returns:
-        rollout (b, n, n), rows sum to 1: row i is the share of each input token in token i's output
+        R (b, n, n) float32 (whatever the weights' dtype), rows sum to 1: row i is the share of each input
+        token in token i's output
+    Raises:
+        ValueError for an empty list, weights that are not (b, h, n, n), or layers of different n
     """
     if len(attentions) == 0:
         raise ValueError("attention_rollout needs at least one layer of attention weights, got an empty list")
@@ -133,6 +135,8 @@ def mean_attention_distance(attention, grid_size, patch_size):
         patch_size: P (or (Ph, Pw)): pixels per patch side, the unit of the distance
     Returns:
         (h,) mean distance in pixels per head
+    Raises:
+        ValueError when attention is not (b, h, n, n) or n cannot hold the grid
     """
     check_attention(attention)
     k = num_prefix(attention.shape[-1], grid_size)

@@ -47,9 +47,10 @@ def _heat(attentions, grid_size, image_size, layer, head, mode):
 
 
 def _attention_figure(image, heat, caption, subtitle):
-    fig, (left, right) = plt.subplots(1, 2, figsize=(5.2, 2.8), layout="constrained")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(5.8, 2.8), layout="constrained")
     show_image(left, image, caption)
-    show_overlay(right, image, heat, subtitle)
+    bar = fig.colorbar(show_overlay(right, image, heat, subtitle), ax=right, shrink=0.9)
+    bar.set_label("share of the map's largest", fontsize=8)
     return fig
 
 

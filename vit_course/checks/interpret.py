@@ -10,11 +10,36 @@ from torch import nn
 
 from ..patches import to_pair
 from .common import call_half, reference
-from .core import check
+from .core import CheckFailed, check, is_stub
 
 
 def _attention(g, b, h, n):
     return (torch.randn(b, h, n, n, generator=g) * 2).softmax(-1)  # (b, h, n, n), rows sum to 1
+
+
+def call_naming(c, fn, *args, cause):
+    """``c.call(fn, *args)``; when the learner's code raises, ``cause()`` may name why (a hint, or None), and that
+    hint replaces the generic one."""
+    try:
+        return c.call(fn, *args)
+    except CheckFailed as failure:
+        error = failure.__context__  # what the learner's code raised, if it raised
+        if error is None or isinstance(error, CheckFailed) or (isinstance(error, NotImplementedError)
+                                                               and is_stub(error)):
+            raise
+        hint = cause()
+        if hint is None:
+            raise
+        c.fail(str(failure).removeprefix(f"{c.name}: ").split("\n  likely cause:")[0], hint)
+
+
+def works_on(fn, *args):
+    """A cause finder for ``call_naming``: True when ``fn(*args)`` runs without an error."""
+    try:
+        fn(*args)
+    except Exception:
+        return False
+    return True
 
 
 def _rollout(attentions, heads="mean", identity=True, renorm=True, order="last-left", axis=-1):
@@ -45,6 +70,8 @@ def attention_rollout(c, fn):
             ("the heads are combined with max: average them, mean over dim 1", lambda: _rollout(attentions, "max")),
             ("the heads are summed: average them, mean over dim 1", lambda: _rollout(attentions, "sum")),
             ("only the last layer is used: multiply through every layer", lambda: _rollout(attentions[-1:])),
+            ("the first layer is left out: multiply through every layer, starting with attentions[0]",
+             lambda: _rollout(attentions[1:])),
             ("the rows are renormalised over the wrong axis: divide each row by its own sum, "
              "a.sum(dim=-1, keepdim=True)", lambda: _rollout(attentions, axis=-2)),
         ], shape_hints=[((b, h, n, n), "average over the heads: the rollout is (b, n, n)")])
@@ -65,18 +92,19 @@ def _rollout_errors(c, fn, g):
     c.raises(fn, [_attention(g, 2, 3, 4), _attention(g, 2, 3, 5)], why="layers with 4 and 5 tokens", hint=hint)
 
 
-def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=False, metric="euclid"):
+def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=False, metric="euclid", axis=-1):
     gh, gw = grid
     ph, pw = to_pair(patch) if pixels else (1, 1)
     ph, pw = (pw, ph) if swap == "patch" else (ph, pw)
     a = attention[:, :, prefix:, prefix:]  # (b, h, N, N)
-    a = a / a.sum(-1, keepdim=True) if renorm else a
+    a = a / a.sum(axis, keepdim=True) if renorm else a
     if swap is True:  # patches laid out column by column
         xs, ys = torch.meshgrid(torch.arange(gw), torch.arange(gh), indexing="ij")
     else:
         ys, xs = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     centres = torch.stack([ys.flatten() * ph, xs.flatten() * pw], -1).float()  # (N, 2)
-    distance = torch.cdist(centres, centres, p=2.0 if metric == "euclid" else 1.0)  # (N, N)
+    distance = torch.cdist(centres, centres, p=1.0 if metric == "manhattan" else 2.0)  # (N, N)
+    distance = distance ** 2 if metric == "squared" else distance
     return (a * distance).sum(-1).mean((0, 2))  # (h,)
 
 
@@ -86,6 +114,10 @@ DISTANCE_HINTS = (
      "sums to 1, so divide each query's patch weights by their sum", dict(renorm=False)),
     ("rows and columns of the grid are swapped: patch i sits at row i // gw, column i % gw", dict(swap=True)),
     ("this is the city-block distance: use the straight-line (Euclidean) distance", dict(metric="manhattan")),
+    ("these are squared distances: take the square root, the straight-line distance (torch.cdist gives it)",
+     dict(metric="squared")),
+    ("the weights are renormalised over the wrong axis: divide each query's (row's) patch weights by their own sum, "
+     "a.sum(dim=-1, keepdim=True)", dict(axis=-2)),
     ("the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
      dict(swap="patch")),
 )
@@ -100,7 +132,9 @@ def mean_attention_distance(c, fn):
         n = grid[0] * grid[1] + prefix
         attention = _attention(g, b, h, n)
         grid_arg = grid[0] if grid[0] == grid[1] else grid
-        got = c.call(fn, attention, grid_arg, patch)
+        got = call_naming(c, fn, attention, grid_arg, patch, cause=lambda: prefix and works_on(
+            fn, attention[:, :, prefix:, prefix:], grid_arg, patch) and "the class token's row and column are kept: "
+            "slice the weights to the patches, attention[:, :, k:, k:], with k = num_prefix(n, grid_size)" or None)
         c.close(got, reference("mean_attention_distance")(attention, grid_arg, patch), f"mean attention distance of "
                 f"{b}x{h}x{n}x{n} weights on a {grid[0]}x{grid[1]} grid of {patch}-pixel patches",
                 [(hint, lambda kw=kw: _distance(attention, grid, patch, prefix, **kw)) for hint, kw in DISTANCE_HINTS],
@@ -110,6 +144,32 @@ def mean_attention_distance(c, fn):
     c.raises(fn, _attention(g, 2, 3, 5).mean(1), 2, 4, why="weights of shape (2, 5, 5), without a head axis",
              hint=hint)
     c.raises(fn, _attention(g, 2, 3, 5), 3, 4, why="5 tokens cannot hold a 3x3 grid of patches", hint=hint)
+
+
+def _cosines(table):
+    unit = F.normalize(table, dim=-1)  # (m, D)
+    return unit @ unit.T  # (m, m)
+
+
+def _similarity_hints(pos, grid, prefix):
+    """(hint, thunk) pairs: the similarities that the usual slips give for the table ``pos``."""
+    gh, gw = grid
+    rows = pos.detach().reshape(-1, pos.shape[-1])  # (n, D)
+    table = rows[prefix:]  # (N, D)
+
+    def on_grid(sim, pattern="(h1 w1) (h2 w2) -> h1 w1 h2 w2"):
+        return rearrange(sim, pattern, h1=gh, w1=gw, h2=gh, w2=gw)
+
+    return [
+        ("these are dot products: normalise the embeddings to unit length first (cosine similarity)",
+         lambda: on_grid(table @ table.T)),
+        ("the last rows were dropped: the class token's row is the first, so keep the rows from k = n - gh * gw on",
+         lambda: on_grid(_cosines(rows[:gh * gw]))),
+        ("rows and columns of the grid are swapped: rearrange '(h1 w1) (h2 w2) -> h1 w1 h2 w2'",
+         lambda: on_grid(_cosines(table), "(w1 h1) (w2 h2) -> h1 w1 h2 w2")),
+        ("the embeddings are normalised over the wrong axis: each embedding (row) to unit length, "
+         "F.normalize(table, dim=-1)", lambda: on_grid(F.normalize(table, dim=0) @ F.normalize(table, dim=0).T)),
+    ]
 
 
 @check("position_embedding_similarity")
@@ -122,29 +182,18 @@ def position_embedding_similarity(c, fn):
         if len(shape) == 3 and prefix:
             pos = nn.Parameter(pos)  # as it comes from a model: requires grad
         grid_arg = grid[0] if grid[0] == grid[1] else grid
-        got = c.call(fn, pos, grid_arg)
+        got = call_naming(c, fn, pos, grid_arg, cause=lambda: prefix and works_on(
+            fn, pos[..., prefix:, :], grid_arg) and "the class token's row is kept: drop the first k = n - gh * gw "
+            "rows (the given num_prefix(n, grid_size) gives k), then compare the patches' rows" or None)
         c.ok(not (torch.is_tensor(got) and got.requires_grad), "the result still requires grad",
              "call .detach() on the table first (it may be a model's parameter), so the result can be plotted")
-        table = pos.detach().reshape(-1, shape[-1])[prefix:]  # (N, D)
-        gh, gw = grid
-
-        def on_grid(sim):
-            return rearrange(sim, "(a b) (c d) -> a b c d", a=gh, b=gw, c=gh, d=gw)
-
-        n = gh * gw
+        n = grid[0] * grid[1]
         c.close(got, reference("position_embedding_similarity")(pos, grid_arg),
-                f"similarities of position embeddings {tuple(shape)} on a {gh}x{gw} grid", [
-                    ("these are dot products: normalise the embeddings to unit length first (cosine similarity)",
-                     lambda: on_grid(table @ table.T)),
-                    ("rows and columns of the grid are swapped: rearrange '(h1 w1) (h2 w2) -> h1 w1 h2 w2'",
-                     lambda: rearrange(F.normalize(table, dim=-1) @ F.normalize(table, dim=-1).T,
-                                       "(b a) (d c) -> a b c d", a=gh, b=gw, c=gh, d=gw)),
-                    ("the embeddings are normalised over the wrong axis: each embedding (row) to unit length, "
-                     "F.normalize(table, dim=-1)", lambda: on_grid(F.normalize(table, dim=0) @ F.normalize(
-                         table, dim=0).T)),
-                ], shape_hints=[((n, n), "lay the (N, N) similarities out on the grid: (gh, gw, gh, gw)"),
-                                ((n + 1, n + 1), "drop the class token's row first, then lay the similarities out "
-                                                 "on the grid")])
+                f"similarities of position embeddings {tuple(shape)} on a {grid[0]}x{grid[1]} grid",
+                _similarity_hints(pos, grid, prefix),
+                shape_hints=[((n, n), "lay the (N, N) similarities out on the grid: (gh, gw, gh, gw)"),
+                             ((n + 1, n + 1), "drop the class token's row first, then lay the similarities out "
+                                              "on the grid")])
     _similarity_extras(c, fn, g)
 
 
@@ -155,8 +204,9 @@ def _similarity_extras(c, fn, g):
                          hint="call .float() on the table first: half precision loses the small differences "
                               "between embeddings")
     c.close(got, reference("position_embedding_similarity")(pos, 3), "similarities of a float16 table", atol=1e-5)
-    hint = ("check the shape: a 3-D table must be (1, n, D); and n must hold the grid (the given num_prefix "
-            "raises that ValueError)")
+    hint = ("check the shape: the table must be 2-D (n, D) or 3-D (1, n, D); and n must hold the grid (the given "
+            "num_prefix raises that ValueError)")
     c.raises(fn, torch.randn(2, 10, 8, generator=g), 3, why="a table of shape (2, 10, 8): the first axis must be 1",
              hint=hint)
+    c.raises(fn, torch.randn(1, 1, 10, 8, generator=g), 3, why="a 4-D table of shape (1, 1, 10, 8)", hint=hint)
     c.raises(fn, torch.randn(1, 8, 8, generator=g), 3, why="8 embeddings cannot hold a 3x3 grid", hint=hint)

@@ -8,11 +8,17 @@ rescaled to their own range).
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
+from matplotlib.colors import ListedColormap
 
 from ..patches import patch_grid
 
-OVERLAY = dict(cmap="inferno", alpha=0.55, vmin=0.0, vmax=1.0)
+# Heat maps: inferno whose opacity rises with the value, so a low weight leaves the image visible instead of
+# darkening it, and a high one is bright and opaque.
+HEAT = ListedColormap(np.column_stack([plt.get_cmap("inferno")(np.linspace(0, 1, 256))[:, :3],
+                                       np.linspace(0.1, 0.9, 256)]), name="inferno_rising")
+OVERLAY = dict(cmap=HEAT, vmin=0.0, vmax=1.0)
 
 
 def to_pixels(images):
@@ -45,9 +51,16 @@ def show_image(ax, image, title=None):
 
 
 def show_overlay(ax, image, heat, title=None):
-    """The image with a heat map (H, W) in [0, 1] drawn over it."""
-    show_image(ax, image, title)
-    ax.imshow(torch.as_tensor(heat).detach().cpu().numpy(), **OVERLAY)
+    """A heat map (H, W) in [0, 1] over the image, drawn in light grey so that the map's colours stand out.
+
+    Returns the heat map's image (``AxesImage``), for a colour bar: ``fig.colorbar(shown, ax=...)``.
+    """
+    grey = to_pixels(image).mean(dim=0)  # (H, W) in [0, 1]
+    ax.imshow(grey.numpy(), cmap="gray", vmin=-0.4, vmax=1.1)  # lightened: black shows as dark grey
+    ax.set_xticks([]), ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+    return ax.imshow(torch.as_tensor(heat).detach().cpu().numpy(), **OVERLAY)
 
 
 def plot_patch_grid(image, patch_size, per_row=16, title=None):

@@ -26,15 +26,17 @@ def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None):
     layers = list(range(len(attentions))) if layers is None else list(layers)
     heads = list(range(attentions[0].shape[1])) if heads is None else list(heads)
     size = image.shape[-2:]
-    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.6 * len(heads), 1.6 * len(layers)),
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.6 * len(heads) + 0.8, 1.6 * len(layers)),
                              squeeze=False, layout="constrained")
     for row, layer in zip(axes, layers, strict=True):
         maps = attention_map(attentions[layer][:1], grid_size, image_size=size)[0]  # (h, H, W)
         for ax, head in zip(row, heads, strict=True):
-            show_overlay(ax, image, maps[head])
-        row[0].set_ylabel(f"layer {layer + 1}", fontsize=8)
+            shown = show_overlay(ax, image, maps[head])
+        row[0].set_ylabel(f"layer {layer + 1}", fontsize=9)
     for ax, head in zip(axes[0], heads, strict=True):
-        ax.set_title(f"head {head + 1}", fontsize=8)
+        ax.set_title(f"head {head + 1}", fontsize=9)
+    bar = fig.colorbar(shown, ax=axes, shrink=0.5, aspect=30)
+    bar.set_label("attention, as a share of the map's largest", fontsize=8)
     return fig
 
 
@@ -56,9 +58,11 @@ def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, n
         left, right = axes[i // ncols, 2 * (i % ncols)], axes[i // ncols, 2 * (i % ncols) + 1]
         true, pred = int(labels[i]), int(predicted[i])
         show_image(left, images[i])
-        show_overlay(right, images[i], heat[i])
+        shown = show_overlay(right, images[i], heat[i])
         left.set_title(f"{class_names[true]} → {class_names[pred]}", fontsize=8, loc="left",
                        color="green" if true == pred else "red")
+    bar = fig.colorbar(shown, ax=axes, shrink=0.6, aspect=30)
+    bar.set_label("rollout, as a share of the image's largest", fontsize=8)
     fig.suptitle("attention rollout (true → predicted)", fontsize=10)
     return fig
 
@@ -88,7 +92,8 @@ def plot_position_similarity(pos_embed, grid_size, title="position embedding sim
     """The paper's Figure 7 (centre): a gh x gw grid of gh x gw maps, tile (i, j) the cosine
     similarity of patch (i, j)'s position embedding with every patch's. The colours span [vmin, 1]
     as in the paper; vmin=None spans the smallest similarity instead (fixed sin-cos tables sit
-    mostly above 0.5, where [-1, 1] washes their structure out)."""
+    mostly above 0.5, where [-1, 1] washes their structure out). Rows and columns are numbered from 0, as the
+    tensor's indices are."""
     gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
     sim = position_embedding_similarity(pos_embed, (gh, gw)).numpy()  # (gh, gw, gh, gw)
     canvas = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan)  # tiles with one blank row/column between
@@ -98,39 +103,45 @@ def plot_position_similarity(pos_embed, grid_size, title="position embedding sim
     fig, ax = plt.subplots(figsize=(5.2, 4.6), layout="constrained")
     cmap = plt.get_cmap("viridis").with_extremes(bad="white")
     shown = ax.imshow(canvas, cmap=cmap, vmin=np.nanmin(canvas) if vmin is None else vmin, vmax=1)
-    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(gw)], [str(j + 1) for j in range(gw)])
-    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(gh)], [str(i + 1) for i in range(gh)])
-    ax.tick_params(length=0, labelsize=7)
-    ax.set(xlabel="input patch column", ylabel="input patch row", title=title)
+    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(gw)], [str(j) for j in range(gw)])
+    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(gh)], [str(i) for i in range(gh)])
+    ax.tick_params(length=0, labelsize=8)
+    ax.set(xlabel="input patch column (from 0)", ylabel="input patch row (from 0)", title=title)
     fig.colorbar(shown, ax=ax, shrink=0.8, label="cosine similarity")
     return fig
 
 
+def _percent(share):
+    """13% for large shares, 0.4% below 1%: a share of variance as a tile's label."""
+    return f"{100 * share:.0f}%" if share >= 0.01 else f"{100 * share:.1f}%"
+
+
 def plot_embedding_filters(weight, patch_size, in_channels, k=28, ncols=7):
     """The paper's Figure 7 (left): the top-k principal components of the patch-embedding filters as
-    P x P images (RGB, or grey for one channel), each scaled to its own range."""
+    P x P images (RGB, or grey for one channel), each scaled to its own range, titled with its share of the
+    variance."""
     if in_channels not in (1, 3):
         raise ValueError(f"filters over {in_channels} channels are not images (a hybrid model embeds a "
                          f"feature map): plot_embedding_filters needs in_channels 1 or 3")
     filters, explained = embedding_filters(weight, patch_size, in_channels, k)  # (k, P, P, C), (k,)
-    k, p = len(filters), patch_size
-    rows, step = math.ceil(k / ncols), patch_size + max(1, patch_size // 3)
     lo = filters.flatten(1).amin(1)[:, None, None, None]  # (k, 1, 1, 1)
     hi = filters.flatten(1).amax(1)[:, None, None, None]
     filters = (filters - lo) / (hi - lo).clamp_min(1e-12)  # (k, P, P, C), each in [0, 1]
-    canvas = torch.ones(rows * step, ncols * step - (step - p), in_channels)  # one image, white between tiles
-    for i, f in enumerate(filters):
-        r, c = divmod(i, ncols)
-        canvas[r * step:r * step + p, c * step:c * step + p] = f
-    fig, ax = plt.subplots(figsize=(1.0 * ncols, 1.1 * rows + 0.4), layout="constrained")
-    show_image(ax, canvas.permute(2, 0, 1))  # (C, H, W)
-    for i in range(k):  # the share of variance under each tile
-        r, c = divmod(i, ncols)
-        ax.text(c * step + (p - 1) / 2, r * step + p - 0.4, f"{100 * explained[i]:.0f}%", ha="center", va="top",
-                fontsize=6)
-    ax.axis("off")
-    ax.set_title(f"top {k} principal components of the patch embedding (explained variance)", fontsize=9)
+    rows = math.ceil(len(filters) / ncols)
+    fig, axes = plt.subplots(rows, ncols, figsize=(0.95 * ncols, 1.1 * rows + 0.35), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, f, share in zip(axes.flat, filters, explained, strict=False):
+        show_image(ax, f.permute(2, 0, 1))  # (C, P, P)
+        ax.set_title(_percent(share), fontsize=9, pad=2)
+    fig.suptitle(f"top {len(filters)} principal components of the patch embedding (share of the variance)",
+                 fontsize=10)
     return fig
+
+
+LINE_STYLES = (dict(marker="o", ls="-"), dict(marker="s", ls="-.", mfc="none"), dict(marker="^", ls=(0, (4, 2))),
+               dict(marker="D", ls=(0, (6, 2, 1, 2, 1, 2)), mfc="none"), dict(marker="v", ls=(0, (1, 1.5))))
 
 
 def plot_deletion(fractions, curves, clean=None, title="the deletion test"):
@@ -140,11 +151,12 @@ def plot_deletion(fractions, curves, clean=None, title="the deletion test"):
     nothing deleted) is drawn as a dotted line.
     """
     fig, ax = plt.subplots(figsize=(5.4, 3.4), layout="constrained")
-    for name, accuracies in curves.items():
-        style = dict(color="gray", ls="--") if name == "random" else dict(ls="-")
-        ax.plot([100 * f for f in fractions], [100 * a for a in accuracies], marker="o", label=name, **style)
+    styles = iter(LINE_STYLES * len(curves))
+    for name, accuracies in curves.items():  # each line its own marker and dash, so overlapping lines stay apart
+        style = dict(color="gray", ls="--", marker="x") if name == "random" else next(styles)
+        ax.plot([100 * f for f in fractions], [100 * a for a in accuracies], label=name, ms=6, lw=1.5, **style)
     if clean is not None:
         ax.axhline(100 * clean, ls=":", color="black", lw=1, label="nothing deleted")
     ax.set(xlabel="patches deleted (%)", ylabel="test accuracy (%)", title=title, ylim=(0, 100))
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
     return fig
