@@ -11,7 +11,7 @@ import vit_course
 from vit_course import batches, checks, interpret, train
 from vit_course.checks import CheckFailed
 
-from .check_helpers import accepts, rejects
+from .check_helpers import accepts, catalogue_ids, caught, rejects, slip
 
 check_attention = getattr(interpret, "check_attention", None) or interpret._check_attention  # renamed
 
@@ -23,7 +23,7 @@ def step(train_mode=True, zero_grad="before", smoothing=True, softmax=False, ite
             model.train()
         if zero_grad == "before":
             optimizer.zero_grad()
-        logits = model(images)
+        logits = model(images).float()
         logits = logits.softmax(-1) if softmax else logits
         loss = torch.nn.CrossEntropyLoss(label_smoothing=label_smoothing if smoothing else 0.0)(logits, labels)
         loss.backward()
@@ -129,7 +129,7 @@ def test_warmup_cosine_accepts(impl, capsys):
 # --- random_crop_flip ----------------------------------------------------------------------------------------
 
 def crop_flip(pad_mode="constant", same_offset=False, high_exclusive=False, vertical=False, batch_flip=False,
-              use_generator=True, shared_offset=False, validate=True):
+              use_generator=True, shared_offset=False, validate=True, loop=False):
     def random_crop_flip(images, padding=4, flip=True, generator=None):
         if validate and (images.ndim != 4 or padding < 0):
             raise ValueError(f"bad images {tuple(images.shape)} or padding {padding}")
@@ -140,7 +140,12 @@ def crop_flip(pad_mode="constant", same_offset=False, high_exclusive=False, vert
         dy, dx = (torch.randint(high, (1 if same_offset else b,), generator=gen).expand(b) for _ in range(2))
         dx = dy if shared_offset else dx
         coins = torch.rand(1 if batch_flip else b, generator=gen).expand(b) < 0.5
-        out = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(b)])
+        rows, cols = dy[:, None] + torch.arange(h), dx[:, None] + torch.arange(w)  # (b, H), (b, W)
+        if loop:
+            out = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(b)])
+        else:  # advanced indexing, all samples at once
+            out = padded[torch.arange(b)[:, None, None, None], torch.arange(images.shape[1])[None, :, None, None],
+                         rows[:, None, :, None], cols[:, None, None, :]]
         if flip:
             out = torch.where(coins[:, None, None, None], out.flip(-2 if vertical else -1), out)
         return out
@@ -291,7 +296,8 @@ def step_with(slip):
         model.train()
         optimizer.zero_grad()
         reduction = "sum" if slip == "sum" else "mean"
-        loss = F.cross_entropy(model(images), labels, label_smoothing=label_smoothing, reduction=reduction)
+        logits = model(images) if slip == "low_precision" else model(images).float()
+        loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction=reduction)
         loss.backward()
         if slip == "zero_between":
             optimizer.zero_grad()
@@ -428,3 +434,54 @@ def test_delete_patches_rejects(impl, hint):
 @pytest.mark.parametrize("impl", [vit_course.delete_patches, deleting()])
 def test_delete_patches_accepts(impl, capsys):
     accepts(checks.delete_patches, impl, capsys)
+
+
+# --- the catalogue of slips of chapters 06-07 (issue 34), with the rule the check must blame ------------------
+
+def step_normalising(model, images, labels, optimizer, label_smoothing=0.0):
+    images -= images.mean()  # "centre the batch first", in the caller's tensor
+    return train.train_step(model, images, labels, optimizer, label_smoothing)
+
+
+def evaluate_normalising(model, batches):
+    for x, _ in batches:
+        x /= x.abs().max()
+    return train.evaluate(model, batches)
+
+
+SLIPS = [
+    slip("train_step", "train-mode", "no_train", step(train_mode=False), r"model\.train\(\)"),
+    slip("train_step", "loss", "no_smoothing", step(smoothing=False), "label_smoothing is ignored"),
+    slip("train_step", "loss", "softmax", step(softmax=True), "softmax is applied before"),
+    slip("train_step", "loss", "tensor", step(item=False), r"\.item\(\)"),
+    slip("train_step", "float32", "low_precision", step_with("low_precision"),
+         r"bfloat16 logits(.|\n)*compute it in float32, F.cross_entropy\(logits.float\(\)"),
+    slip("train_step", "step", "no_zero_grad", step(zero_grad=None), "zero_grad"),
+    slip("train_step", "step", "zero_between", step_with("zero_between"), r"zero_grad\(\) between backward"),
+    slip("train_step", "inputs", "centred", step_normalising, "changed its input `images` in place"),
+    slip("evaluate", "output", "batch_means", evaluation(per_batch=True), "mean of the batch means"),
+    slip("evaluate", "output", "percent", evaluation(percent=True), "percentage"),
+    slip("evaluate", "batches", "len", evaluation(restore="len"), r"has no len\(\)"),
+    slip("evaluate", "eval-mode", "no_eval", evaluation(eval_mode=False), r"model\.eval\(\)"),
+    slip("evaluate", "no-grad", "grad", evaluation(no_grad=False), "no_grad"),
+    slip("evaluate", "restore", "not_restored", evaluation(restore=None), "left it in eval mode"),
+    slip("evaluate", "error", "zero_division", evaluation(empty=None), "raised ZeroDivisionError"),
+    slip("evaluate", "inputs", "normalised", evaluate_normalising, "changed its input `batches` in place"),
+    slip("warmup_cosine", "output", "off_by_one", schedule(off_by_one=True), "off by one"),
+    slip("warmup_cosine", "output", "linear", schedule(cosine=False), "linearly"),
+    slip("random_crop_flip", "output", "reflect", crop_flip(pad_mode="reflect"), "not zeros"),
+    slip("random_crop_flip", "output", "upside_down", crop_flip(vertical=True), "upside down"),
+    slip("random_crop_flip", "loop", "per_sample", crop_flip(loop=True),
+         r"called torch \d+ times for 400 images(.|\n)*a Python loop over the samples"),
+    slip("random_crop_flip", "flip", "one_coin", crop_flip(batch_flip=True), "one coin per sample"),
+    slip("random_crop_flip", "offsets", "exclusive", crop_flip(high_exclusive=True), "upper bound is exclusive"),
+    slip("random_crop_flip", "offsets", "shared", crop_flip(shared_offset=True), "same vertical and horizontal"),
+    slip("random_crop_flip", "generator", "ignored", crop_flip(use_generator=False), "generator"),
+    slip("random_crop_flip", "error", "no_check", crop_flip(validate=False), "padding=-1 is negative"),
+    slip("random_crop_flip", "inputs", "copy_", crop_flip_inplace, "in place"),
+]
+
+
+@pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
+def test_catalogue_slip_is_caught_with_its_rule(entry):
+    caught(entry)

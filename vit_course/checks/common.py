@@ -120,10 +120,14 @@ def check_dropout(c, model, x, expected, what, eval_hint, train_hint, label, ato
              "same output: the dropout is off", train_hint)
 
 
-def check_attention_weights(c, model, x, weights, label, mask=None, masked=None, shape_hints=()):
-    """The optional ``attention_weights(x, mask=None)`` method: the reference's weights, no dropout."""
+def check_attention_weights(c, model, x, weights, label, mask=None, masked=None, shape_hints=(), required=None):
+    """The ``attention_weights(x, mask=None)`` method: the reference's weights, no dropout. ``required``: what the
+    statement asks for (the check fails without the method); None: optional."""
     method = getattr(model, "attention_weights", None)
     if not callable(method):
+        if required:
+            c.fail(f"{type(model).__name__} has no method attention_weights", f"write {required}, as the exercise "
+                   "asks: the chapters after this one draw the weights with it")
         return
     got = c.call(method, x, label=f"{label}.attention_weights")
     c.close(got, weights, "weights from attention_weights", shape_hints=shape_hints)
