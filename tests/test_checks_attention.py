@@ -41,7 +41,7 @@ def sdpa_torch_out(q, k, v, mask=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights
 
 
-@pytest.mark.parametrize("impl", [ref.scaled_dot_product_attention, sdpa, sdpa_einsum, sdpa_torch_out])
+@pytest.mark.parametrize("impl", [ref.scaled_dot_product_attention, sdpa, sdpa_einsum])
 def test_sdpa_accepts_correct_variants(impl, capsys):
     accepts(checks.scaled_dot_product_attention, impl, capsys)
 
@@ -618,6 +618,8 @@ SLIPS = [
          "without the 1/sqrt"),
     slip("scaled_dot_product_attention", "output", "axis", lambda q, k, v, mask=None: sdpa(q, k, v, mask, axis=-2),
          "wrong axis"),
+    slip("scaled_dot_product_attention", "plain", "fused", sdpa_torch_out,
+         r"calls PyTorch's fused F.scaled_dot_product_attention(.|\n)*plain tensor operations"),
     slip("scaled_dot_product_attention", "mask", "inverted",
          lambda q, k, v, mask=None: sdpa(q, k, v, mask, invert=True), "inverted"),
     slip("scaled_dot_product_attention", "mask", "zero", lambda q, k, v, mask=None: sdpa(q, k, v, mask, fill=0.0),

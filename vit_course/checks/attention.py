@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from .. import attention as ref
-from .common import QK_SWAPPED, attention, attention_hints, check_attention_weights, only_biases, random_mask
+from .common import (
+    QK_SWAPPED,
+    TorchCalls,
+    attention,
+    attention_hints,
+    check_attention_weights,
+    only_biases,
+    random_mask,
+)
 from .core import check
 from .gradients import gradient_flow
 
@@ -37,8 +45,8 @@ def _pair(c, out):
 
 @check("scaled_dot_product_attention")
 def scaled_dot_product_attention(c, fn):
-    """softmax(q k^T / sqrt(d)) v on awkward shapes, with and without boolean masks (True = may attend); gradients
-    reach q, k and v."""
+    """softmax(q k^T / sqrt(d)) v on awkward shapes, with plain tensor operations, with and without boolean masks
+    (True = may attend); gradients reach q, k and v."""
     g = torch.Generator().manual_seed(1)
     for q_shape, k_shape, v_shape, mask_shape in SDPA_CASES:
         q, k, v = (torch.randn(s, generator=g) * 1.5 for s in (q_shape, k_shape, v_shape))
@@ -48,8 +56,14 @@ def scaled_dot_product_attention(c, fn):
             mask = torch.ones(q_shape[-2], k_shape[-2], dtype=torch.bool).tril()
         elif mask_shape is not None:
             mask = random_mask(mask_shape, g, p=0.4)
-        out = c.call(fn, q, k, v, errors=ERRORS) if mask is None else c.call(fn, q, k, v, mask, errors=ERRORS)
+        with TorchCalls() as calls:
+            out = c.call(fn, q, k, v, errors=ERRORS) if mask is None else c.call(fn, q, k, v, mask, errors=ERRORS)
         expected_out, expected_weights = ref.scaled_dot_product_attention(q, k, v, mask)
+        c.phase("plain")
+        c.ok("scaled_dot_product_attention" not in calls.names, "your function calls PyTorch's fused "
+             "F.scaled_dot_product_attention", "write the steps with plain tensor operations (@, .transpose, "
+             ".softmax, .masked_fill), as the exercise asks: the check compares yours against the fused function")
+        c.phase("output" if mask_shape is None else "mask")
         got_out, got_weights = _pair(c, out)
         swapped = (tuple(expected_weights.shape), "you returned (weights, out): the output comes first")
         c.tensor(got_weights, "weights", expected_weights.shape, torch.float32,

@@ -2,21 +2,9 @@
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
+from .common import TorchCalls
 from .core import check
-
-
-class CountCalls(TorchFunctionMode):
-    """Counts the torch functions and tensor methods called inside it: a loop over samples calls them per sample."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _candidates(images, padding):
@@ -113,7 +101,7 @@ def random_crop_flip(c, fn):
     for images, padding, flip in cases:
         kwargs = {} if flip else {"flip": False}
         c.phase("output")
-        with CountCalls() as calls:
+        with TorchCalls() as calls:
             out = c.call(fn, images, padding, **kwargs)
         what = f"output for images {tuple(images.shape)} {images.dtype}, padding={padding}, flip={flip}"
         c.tensor(out, what, images.shape, images.dtype)

@@ -15,6 +15,8 @@ RULES = {
     # chapter 01
     "scaled_dot_product_attention": {
         "output": "returning `(out, weights)`",
+        "plain": "Use plain tensor operations (`@`, `.transpose`, `.softmax`, `.masked_fill`), not PyTorch's fused "
+                 "function",
         "mask": "True = may attend",
         "gradient": "gradients flow back to `q`, `k` and `v`",
     },
