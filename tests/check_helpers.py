@@ -1,14 +1,20 @@
-"""Shared by the checks' own tests: a check must reject a wrong implementation with the right hint."""
+"""Shared by the checks' own tests: a check must reject a wrong implementation with the right hint (and, in the
+catalogues of slips, name the rule of the exercise it breaks) and accept correct variants."""
+
+from dataclasses import dataclass
 
 import pytest
 
+from vit_course import checks
 from vit_course.checks import CheckFailed
 
 
-def rejects(check, impl, hint):
-    """``check(impl)`` must fail, and its message must match the regex ``hint``."""
-    with pytest.raises(CheckFailed, match=hint):
+def rejects(check, impl, hint, rule=None):
+    """``check(impl)`` must fail, its message must match the regex ``hint`` and, if given, name the rule ``rule``."""
+    with pytest.raises(CheckFailed, match=hint) as info:
         check(impl)
+    if rule is not None:
+        assert info.value.rule == rule, f"the check blamed rule {info.value.rule!r}, not {rule!r}:\n{info.value}"
 
 
 def accepts(check, impl, capsys):
@@ -16,3 +22,28 @@ def accepts(check, impl, capsys):
     check(impl)
     out = capsys.readouterr().out
     assert out.startswith(f"✔ {check.__name__}: passed") and out.count("\n") == 1
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A learner's slip that the statement of exercise ``check`` forbids: ``checks.<check>(impl)`` must fail with a
+    message matching ``hint`` and blame ``rule`` (a key of vit_course/checks/rules.py, "inputs" for an input
+    changed in place, None for an exercise not done yet)."""
+
+    check: str
+    rule: str
+    impl: object
+    hint: str
+    name: str
+
+
+def slip(check, rule, name, impl, hint):
+    return Slip(check, rule, impl, hint, name)
+
+
+def caught(entry):
+    rejects(getattr(checks, entry.check), entry.impl, entry.hint, entry.rule)
+
+
+def catalogue_ids(entries):
+    return [f"{e.check}-{e.rule}-{e.name}" for e in entries]

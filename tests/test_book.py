@@ -24,7 +24,7 @@ book_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(book_build)
 
 import course_recipes  # noqa: E402
-from course_chapters import COLAB_LINK, fold_solutions, point_book_links  # noqa: E402
+from course_chapters import COLAB_LINK, fold_solutions, point_book_links, strip_markers  # noqa: E402
 from course_results import format_seconds, read_metrics, results_rows  # noqa: E402
 
 from vit_course.results import measurement, seed_rows  # noqa: E402
@@ -120,6 +120,23 @@ def test_fold_solutions_tags_exercise_cells_only():
     assert tags == [["hide-input"], [], [], ["remove-input"]]  # an author's own hiding tag is kept
     assert nb["cells"][0]["metadata"]["mystnb"]["code_prompt_show"] == "Show solution"
     assert fold_solutions(nb) == 2 and nb["cells"][0]["metadata"]["tags"] == ["hide-input"]  # idempotent
+
+
+def test_strip_markers_drops_the_grading_markers_and_keeps_the_code():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell("class A:\n    def g(self):\n        ### BEGIN SOLUTION g\n        ### BEGIN HINT\n"
+                                  "        # look up\n        ### END HINT\n        pass\n        ### END SOLUTION\n"),
+        nbformat.v4.new_markdown_cell("Write `### BEGIN SOLUTION` in a code cell"),
+        nbformat.v4.new_code_cell("x = 1  # no marker"),
+    ])
+    nb = json.loads(nbformat.writes(nb))
+    assert fold_solutions(nb) == 2 and strip_markers(nb) == 2
+    assert ["".join(c["source"]) for c in nb["cells"]] == [
+        "def f(x):\n    return x", "class A:\n    def g(self):\n        # look up\n        pass",
+        "Write `### BEGIN SOLUTION` in a code cell", "x = 1  # no marker"]
+    assert nb["cells"][0]["metadata"]["tags"] == ["hide-input"]  # still folded
+    assert strip_markers(nb) == 0
 
 
 def test_external_fetches_finds_remote_assets_but_not_links():
@@ -219,6 +236,16 @@ def test_solutions_are_folded_with_outputs_visible(html):
         assert len(folded) == len(exercises), (name, len(folded), len(exercises))
         assert text.count("Show solution") == len(exercises), name
         assert "hide below-input" not in text, f"{name}: an output is folded"
+
+
+def test_no_page_shows_the_grading_markers(html):
+    """The solutions are shown without `### BEGIN SOLUTION` / `### END SOLUTION` (folded ones included)."""
+    pages = [p for p in html.rglob("*.html") if "_sources" not in p.parts]
+    shown = {p.relative_to(html).as_posix(): n for p in pages
+             if (n := len(re.findall(r"(?:BEGIN|END)(?:<[^>]*>|\s)*SOLUTION", p.read_text())))}
+    assert not shown, f"grading markers on the book's pages: {shown}"
+    folded = sum(chapter.count("Show solution") for chapter in chapter_pages(html).values())
+    assert folded >= 20  # the solutions are still there, folded
 
 
 def test_results_table_is_generated_from_the_metrics(html):

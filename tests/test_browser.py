@@ -261,6 +261,8 @@ def test_solution_toggles_open_and_close(site, visit, chapter):
         assert toggles.count() == 0, f"{chapter}: folded code but no exercise"
         pytest.skip(f"{chapter} has no exercise")
     assert toggles.count() == exercises, f"{chapter}: {toggles.count()} solution toggles for {exercises} exercises"
+    text = page.evaluate("document.body.textContent")  # folded parts included
+    assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text, f"{chapter}: the page has grading markers"
     for i in range(toggles.count()):
         toggle = toggles.nth(i)
         code, summary = toggle.locator(".cell_input"), toggle.locator("summary")
@@ -268,6 +270,9 @@ def test_solution_toggles_open_and_close(site, visit, chapter):
         assert "Show solution" in summary.inner_text()
         summary.click()
         assert code.is_visible(), f"{chapter}: solution {i + 1} does not open"
+        shown = code.inner_text()
+        assert "BEGIN SOLUTION" not in shown and "END SOLUTION" not in shown, f"{chapter}: solution {i + 1} shows " \
+            "the grading markers"
         assert "Hide solution" in summary.inner_text()
         summary.click()
         assert not code.is_visible(), f"{chapter}: solution {i + 1} does not close"

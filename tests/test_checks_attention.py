@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,7 @@ import vit_course as ref
 from vit_course import checks
 from vit_course.checks import CheckFailed
 
-from .check_helpers import accepts, rejects
+from .check_helpers import accepts, catalogue_ids, caught, rejects, slip
 
 # --- scaled_dot_product_attention ---------------------------------------------------------------------------
 
@@ -40,7 +41,7 @@ def sdpa_torch_out(q, k, v, mask=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights
 
 
-@pytest.mark.parametrize("impl", [ref.scaled_dot_product_attention, sdpa, sdpa_einsum, sdpa_torch_out])
+@pytest.mark.parametrize("impl", [ref.scaled_dot_product_attention, sdpa, sdpa_einsum])
 def test_sdpa_accepts_correct_variants(impl, capsys):
     accepts(checks.scaled_dot_product_attention, impl, capsys)
 
@@ -90,7 +91,8 @@ def test_learner_error_names_the_line():
         scores = q @ k  # forgot the transpose
         return scores, scores
 
-    with pytest.raises(CheckFailed, match=r"raised RuntimeError.*\n  at line \d+: scores = q @ k"):
+    with pytest.raises(CheckFailed, match=r"raised RuntimeError.*\n  at line \d+ of your code: scores = q @ k(.|\n)*"
+                       r"likely cause: the scores are q times the keys with their last two axes swapped"):
         checks.scaled_dot_product_attention(broken)
 
 
@@ -125,7 +127,8 @@ class SelfAttentionSDPA(nn.Module):
 
 
 class SelfAttentionOldAPI(SelfAttentionSDPA):
-    """The former API (return_attention=True gives (out, weights)), no attention_weights: still accepted."""
+    """The former API (return_attention=True gives (out, weights)) without attention_weights, which the statement
+    asks for: rejected."""
 
     attention_weights = None
 
@@ -149,7 +152,6 @@ class SelfAttentionWrong(SelfAttentionSDPA):
 def test_self_attention_accepts(capsys):
     accepts(checks.SelfAttention, ref.SelfAttention, capsys)
     accepts(checks.SelfAttention, SelfAttentionSDPA, capsys)
-    accepts(checks.SelfAttention, SelfAttentionOldAPI, capsys)
 
 
 class SelfAttentionBias(SelfAttentionSDPA):
@@ -232,32 +234,32 @@ class MHATimmStyle(nn.Module):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"{dim} is not divisible by {num_heads}")
-        self.num_heads, self.dim = num_heads, dim
+        self.num_heads, self.dim, self.head_dim = num_heads, dim, dim // num_heads
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=qkv_bias), nn.Linear(dim, dim)
         self.attn_drop, self.proj_drop = nn.Dropout(attn_drop), nn.Dropout(proj_drop)
 
-    def heads(self, x):
+    def split_qkv(self, x):
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"expected (b, n, {self.dim}), got {tuple(x.shape)}")
         b, n, _ = x.shape
-        return self.qkv(x).reshape(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        return self.qkv(x).reshape(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
 
     def forward(self, x, mask=None):
         b, n, dim = x.shape
-        q, k, v = self.heads(x)
+        q, k, v = self.split_qkv(x)
         out, weights = sdpa_einsum(q, k, v, mask)
         out = self.attn_drop(weights) @ v  # the explicit path's attention dropout
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(b, n, dim)))
 
     def attention_weights(self, x, mask=None):
-        return sdpa_einsum(*self.heads(x), mask)[1]
+        return sdpa_einsum(*self.split_qkv(x), mask)[1]
 
 
 class MHAWrong(MHATimmStyle):
     mistake = None
 
     def forward(self, x, mask=None):
-        self.heads(x)  # validates x
+        self.split_qkv(x)  # validates x
         b, n, dim = x.shape
         h = self.num_heads
         qkv = self.qkv(x)
@@ -369,7 +371,7 @@ class SelfAttentionWeightsNoMask(SelfAttentionSDPA):
 
 
 @pytest.mark.parametrize("impl, hint", [
-    (SelfAttentionRoles, r"wrong roles \(queries from self.q, keys from self.v, values from self.k\)"),
+    (SelfAttentionRoles, r"wrong roles \(keys from self.v, values from self.k\)"),
     (SelfAttentionMaskDropped, "mask seems not to reach the attention"),
     (SelfAttentionWeightsAreOutput, r"weights from attention_weights has shape .*\n(.*\n)*.*this is the output"),
     (SelfAttentionWeightsNoMask, "mask seems not to reach the weights"),
@@ -427,24 +429,24 @@ class MHAFused(nn.Module):
         super().__init__()
         if dim % num_heads and self.slip != "no_init_check":
             raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
-        self.dim, self.num_heads = dim, num_heads
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=qkv_bias), nn.Linear(dim, dim)
         self.attn_drop, self.proj_drop = nn.Dropout(attn_drop), nn.Dropout(proj_drop)
 
-    def split(self, x):
+    def split_qkv(self, x):
         if self.slip != "no_x_check" and (x.ndim != 3 or x.shape[-1] != self.dim):
             raise ValueError(f"expected (b, n, {self.dim}), got {tuple(x.shape)}")
         return rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads).unbind(0)
 
     def forward(self, x, mask=None):
-        q, k, v = self.split(x)
+        q, k, v = self.split_qkv(x)
         p = {"eval_dropout": self.attn_drop.p, "no_dropout": 0.0}.get(
             self.slip, self.attn_drop.p if self.training else 0.0)
         out = self.proj(ref.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)))
         return F.dropout(out, self.proj_drop.p) if self.slip == "F.dropout" else self.proj_drop(out)
 
     def attention_weights(self, x, mask=None):
-        weights = sdpa(*self.split(x), mask)[1]
+        weights = sdpa(*self.split_qkv(x), mask)[1]
         if self.slip == "weights_dropout":
             weights = self.attn_drop(weights)
         return weights.mean(1) if self.slip == "weights_mean" else weights
@@ -470,3 +472,215 @@ def test_mha_rejects_more(slip, hint):
 
 def test_mha_accepts_the_fused_kernel(capsys):
     accepts(checks.MultiHeadAttention, fused(None), capsys)
+
+
+# --- the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame --------
+
+def sdpa_kT(q, k, v, mask=None):
+    scores = q @ k.T / math.sqrt(q.shape[-1])  # fine for 2-D k, wrong for a batch
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def sdpa_mask_always(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def sdpa_detached_scores(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+@torch.no_grad()
+def sdpa_no_grad(q, k, v, mask=None):
+    return sdpa(q, k, v, mask)
+
+
+def sdpa_numpy(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    e = np.exp(scores.numpy() - scores.numpy().max(-1, keepdims=True))
+    weights = torch.from_numpy(e / e.sum(-1, keepdims=True))
+    return weights @ v, weights
+
+
+def sdpa_numpy_detached(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.from_numpy(scores.detach().numpy()).softmax(-1)
+    return weights @ v, weights
+
+
+def sdpa_data(q, k, v, mask=None):
+    return sdpa(q.data, k, v, mask)
+
+
+class SelfAttentionSlip(SelfAttentionSDPA):
+    """The course's SelfAttention with one slip; the attention_weights method stays correct."""
+
+    slip = None
+
+    def forward(self, x, mask=None):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.slip == "values_from_k":
+            v = k
+        elif self.slip == "qk_swapped":
+            q, k = k, q
+        elif self.slip == "q_detached":
+            q = q.detach()
+        elif self.slip == "v_weight_data":
+            v = F.linear(x, self.v.weight.data)
+        elif self.slip == "in_place":
+            x /= math.sqrt(x.shape[-1])
+        if self.slip == "no_grad":
+            with torch.no_grad():
+                return sdpa(q, k, v, mask)[0]
+        return sdpa(q, k, v, mask)[0]
+
+
+def self_attention(slip):
+    return type("SelfAttention", (SelfAttentionSlip,), {"slip": slip})
+
+
+def split_detached(x, h):
+    return ref.split_heads(x.detach(), h)
+
+
+def split_in_place(x, h):
+    if x.shape[-1] % h:
+        raise ValueError(f"width {x.shape[-1]} is not divisible by num_heads={h}")
+    return x.unflatten_(-1, (h, -1)).transpose(1, 2) if hasattr(x, "unflatten_") else x.unsqueeze_(0)[0].unflatten(
+        -1, (h, -1)).transpose(1, 2)
+
+
+def merge_in_place(x):
+    return x.transpose_(1, 2).flatten(2)
+
+
+class MHASlip(MHAFused):
+    """The fused-kernel MultiHeadAttention of the statement, with one more slip."""
+
+    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
+        if self.slip == "no_head_dim":
+            del self.head_dim
+
+    def split_qkv(self, x):
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError("bad tokens" if self.slip == "vague_error" else f"expected (b, n, {self.dim}), got "
+                             f"{tuple(x.shape)}")
+        qkv = self.qkv(x).detach() if self.slip == "qkv_detached" else self.qkv(x)
+        layout = "h three d" if self.slip == "split_order" else "three h d"
+        return rearrange(qkv, f"b n ({layout}) -> three b h n d", three=3, h=self.num_heads).unbind(0)
+
+    def forward(self, x, mask=None):
+        if self.slip == "in_place":
+            x *= 1.0 + 1e-3
+        if self.slip == "no_mask":
+            mask = None
+        return super().forward(x, mask)
+
+
+def mha(slip):
+    return type("MultiHeadAttention", (MHASlip,), {"slip": slip})
+
+
+class MHANoSplit(MHAFused):
+    split_qkv = None
+
+    def forward(self, x, mask=None):
+        return ref.MultiHeadAttention.forward(self, x, mask)
+
+    def attention_weights(self, x, mask=None):
+        return ref.MultiHeadAttention.attention_weights(self, x, mask)
+
+
+MHANoSplit.split_qkv = None
+
+
+GRAD = r"look for `.detach\(\)`, `.data`, `torch.no_grad\(\)` or a detour through numpy"
+SLIPS = [
+    slip("scaled_dot_product_attention", "output", "k.T", sdpa_kT,
+         r"at line \d+ of your code: scores = q @ k.T(.|\n)*likely cause: `.T` reverses all the axes"),
+    slip("scaled_dot_product_attention", "output", "mask_always", sdpa_mask_always,
+         r"bad operand type for unary ~: 'NoneType'(.|\n)*likely cause: the mask is optional: apply it only `if "
+         r"mask is not None`"),
+    slip("scaled_dot_product_attention", "output", "no_scale", lambda q, k, v, mask=None: sdpa(q, k, v, mask, 1.0),
+         "without the 1/sqrt"),
+    slip("scaled_dot_product_attention", "output", "axis", lambda q, k, v, mask=None: sdpa(q, k, v, mask, axis=-2),
+         "wrong axis"),
+    slip("scaled_dot_product_attention", "plain", "fused", sdpa_torch_out,
+         r"calls PyTorch's fused F.scaled_dot_product_attention(.|\n)*plain tensor operations"),
+    slip("scaled_dot_product_attention", "mask", "inverted",
+         lambda q, k, v, mask=None: sdpa(q, k, v, mask, invert=True), "inverted"),
+    slip("scaled_dot_product_attention", "mask", "zero", lambda q, k, v, mask=None: sdpa(q, k, v, mask, fill=0.0),
+         "instead of -inf"),
+    slip("scaled_dot_product_attention", "gradient", "detach", sdpa_detached_scores,
+         "no gradient reaches `q`: " + GRAD + r"(.|\n)*likely cause: in your code, line \d+: `scores = \(q @ k"),
+    slip("scaled_dot_product_attention", "gradient", "no_grad", sdpa_no_grad,
+         r"the output carries no gradient at all(.|\n)*@torch.no_grad\(\)"),
+    slip("scaled_dot_product_attention", "gradient", "numpy", sdpa_numpy,
+         r"Can't call numpy\(\)(.|\n)*likely cause: a detour through numpy"),
+    slip("scaled_dot_product_attention", "gradient", "numpy_detached", sdpa_numpy_detached,
+         r"no gradient reaches `q`(.|\n)*\.detach\(\)\.numpy\(\)"),
+    slip("scaled_dot_product_attention", "gradient", "data", sdpa_data,
+         r"no gradient reaches `q`(.|\n)*line \d+: `return sdpa\(q.data"),
+    slip("scaled_dot_product_attention", "inputs", "in_place", _inplace, "changed its input `q` in place"),
+    slip("scaled_dot_product_attention", None, "stub", _not_done, "not done yet"),
+    slip("SelfAttention", "names", "bias", SelfAttentionBias, "no bias"),
+    slip("SelfAttention", "output", "values_from_k", self_attention("values_from_k"),
+         r"wrong roles \(values from self.k\)"),
+    slip("SelfAttention", "output", "qk_swapped", self_attention("qk_swapped"), "queries and keys look swapped"),
+    slip("SelfAttention", "mask", "mask_dropped", SelfAttentionMaskDropped, "mask seems not to reach the attention"),
+    slip("SelfAttention", "attention_weights", "missing", SelfAttentionOldAPI,
+         r"has no method attention_weights(.|\n)*write attention_weights\(x, mask=None\)"),
+    slip("SelfAttention", "attention_weights", "output_returned", SelfAttentionWeightsAreOutput, "this is the output"),
+    slip("SelfAttention", "gradient", "q_detached", self_attention("q_detached"),
+         "no gradient reaches `q.weight`: " + GRAD + r"(.|\n)*q = q.detach\(\)"),
+    slip("SelfAttention", "gradient", "v_weight_data", self_attention("v_weight_data"),
+         r"no gradient reaches `v.weight`(.|\n)*self.v.weight.data"),
+    slip("SelfAttention", "gradient", "no_grad", self_attention("no_grad"), r"carries no gradient at all"),
+    slip("SelfAttention", "inputs", "in_place", self_attention("in_place"), "changed its input `x` in place"),
+    slip("split_heads", "output", "view", split_view, "without a transpose"),
+    slip("split_heads", "error", "names_one", split_names_one, "which does not name 4"),
+    slip("split_heads", "error", "no_check", split_no_check, "expected a ValueError, your code returned tensor"),
+    slip("split_heads", "gradient", "detach", split_detached, r"carries no gradient(.|\n)*x.detach\(\)"),
+    slip("split_heads", "inputs", "in_place", split_in_place, "changed its input `x` in place"),
+    slip("merge_heads", "output", "no_transpose", lambda x: x.reshape(x.shape[0], x.shape[2], -1),
+         "without a transpose"),
+    slip("merge_heads", "gradient", "detach", lambda x: ref.merge_heads(x).detach(), "carries no gradient"),
+    slip("merge_heads", "inputs", "in_place", merge_in_place, "changed its input `x` in place"),
+    slip("MultiHeadAttention", "names", "separate", MHASeparate, "one fused Linear `qkv`"),
+    slip("MultiHeadAttention", "attributes", "no_head_dim", mha("no_head_dim"),
+         r"head_dim should be 4, got None(.|\n)*self.head_dim = dim // num_heads"),
+    slip("MultiHeadAttention", "split_qkv", "order", mha("split_order"), "q, k and v from split_qkv(.|\n)*wrong order"),
+    slip("MultiHeadAttention", "split_qkv", "missing", MHANoSplit, "has no method split_qkv"),
+    slip("MultiHeadAttention", "output", "no_proj", mha_with("proj"), "`proj` seems to be missing"),
+    slip("MultiHeadAttention", "mask", "no_mask", mha("no_mask"), "mask seems to be ignored"),
+    slip("MultiHeadAttention", "attention_weights", "mean", fused("weights_mean"), r"one \(n, n\) map per head"),
+    slip("MultiHeadAttention", "dropout", "eval_dropout", fused("eval_dropout"), "attention dropout is applied in "
+         "eval"),
+    slip("MultiHeadAttention", "error-dim", "no_init_check", fused("no_init_check"),
+         "dim=10 is not divisible by num_heads=3: expected a ValueError"),
+    slip("MultiHeadAttention", "error-shape", "no_x_check", fused("no_x_check"),
+         r"tokens of width 13 .*expected a ValueError, your code raised RuntimeError(.|\n)*split_qkv"),
+    slip("MultiHeadAttention", "error-shape", "vague", mha("vague_error"),
+         r"your ValueError says 'bad tokens', which does not name \(2, 5, 13\)"),
+    slip("MultiHeadAttention", "gradient", "qkv_detached", mha("qkv_detached"),
+         r"no gradient reaches `qkv.weight`(.|\n)*self.qkv\(x\).detach\(\)"),
+    slip("MultiHeadAttention", "inputs", "in_place", mha("in_place"), "changed its input `x` in place"),
+]
+
+
+@pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
+def test_catalogue_slip_is_caught_with_its_rule(entry):
+    caught(entry)

@@ -10,7 +10,7 @@ from torch import nn
 import vit_course as ref
 from vit_course import checks
 
-from .check_helpers import accepts, rejects
+from .check_helpers import accepts, catalogue_ids, caught, rejects, slip
 
 
 def subclass(base, forward, name=None, **attrs):
@@ -309,3 +309,145 @@ def test_block_rejects_more(slip, hint):
 
 def test_block_accepts_the_slip_free_variant(capsys):
     accepts(checks.EncoderBlock, block_slip(None), capsys)
+
+
+# --- the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame --------
+
+class MLPSlip(ref.MLP):
+    slip = None
+
+    def forward(self, x):
+        if self.slip == "in_place":
+            x.clamp_(-3, 3)
+        hidden = self.fc1(x).detach() if self.slip == "detach" else self.fc1(x)
+        if self.slip == "no_grad":
+            with torch.no_grad():
+                return self.drop2(self.fc2(self.drop1(self.act(hidden))))
+        return self.drop2(self.fc2(self.drop1(self.act(hidden))))
+
+
+def mlp(slip):
+    return type("MLP", (MLPSlip,), {"slip": slip})
+
+
+class LayerNormSlip(ref.LayerNorm):
+    slip = None
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps)
+        if self.slip == "eps_parameter":
+            self.eps = nn.Parameter(torch.tensor(eps))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        mean = mean.detach() if self.slip == "mean_detached" else mean
+        var = x.var(-1, unbiased=False, keepdim=True)
+        weight = self.weight.data if self.slip == "weight_data" else self.weight
+        if self.slip == "in_place":
+            x -= mean
+            return x / torch.sqrt(var + self.eps) * weight + self.bias
+        return (x - mean) / torch.sqrt(var + self.eps) * weight + self.bias
+
+
+def layer_norm(slip):
+    return type("LayerNorm", (LayerNormSlip,), {"slip": slip})
+
+
+class DropPathSlip(DropPathTimm):
+    slip = None
+
+    def forward(self, x):
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1 - self.p
+        shape = (x.shape[0], 1, 1) if self.slip == "mask_3d" else (x.shape[0],) + (1,) * (x.ndim - 1)
+        mask = (torch.rand(shape) < keep).to(x.dtype) / keep
+        return (x.detach() if self.slip == "detach" else x) * mask
+
+
+def drop_path(slip):
+    return type("DropPath", (DropPathSlip,), {"slip": slip})
+
+
+class BlockMore(ref.EncoderBlock):
+    slip = None
+
+    def forward(self, x, mask=None):
+        if self.slip == "in_place":
+            x += self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        elif self.slip == "residual_detached":
+            x = x.detach() + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        elif self.slip == "attn_no_grad":
+            with torch.no_grad():
+                branch = self.attn(self.norm1(x), mask=mask)
+            x = x + self.drop_path1(self.ls1(branch))
+        else:
+            x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+def block_more(slip):
+    return type("EncoderBlock", (BlockMore,), {"slip": slip})
+
+
+class BlockRenamed(ref.EncoderBlock):
+    def __init__(self, dim, num_heads, *args, **kwargs):
+        super().__init__(dim, num_heads, *args, **kwargs)
+        self.ln1 = self.norm1
+        del self.norm1
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.ln1(x), mask=mask)
+        return x + self.mlp(self.norm2(x))
+
+
+SLIPS = [
+    slip("MLP", "names", "names", MLPNames, "fc1"),
+    slip("MLP", "names", "no_bias", MLPNoBias, "the Linear layers need their bias"),
+    slip("MLP", "output", "relu", subclass(ref.MLP, lambda self, x: self.fc2(F.relu(self.fc1(x)))), "ReLU"),
+    slip("MLP", "output", "tanh", subclass(ref.MLP, lambda self, x: self.fc2(F.gelu(self.fc1(x), approximate="tanh"))),
+         "tanh approximation"),
+    slip("MLP", "dropout", "functional", MLPFunctionalDropout, "dropout is applied in eval mode"),
+    slip("MLP", "gradient", "detach", mlp("detach"), r"no gradient reaches `fc1.weight`(.|\n)*self.fc1\(x\).detach"),
+    slip("MLP", "gradient", "no_grad", mlp("no_grad"), r"carries no gradient at all(.|\n)*torch.no_grad"),
+    slip("MLP", "inputs", "clamp_", mlp("in_place"), "changed its input `x` in place"),
+    slip("LayerNorm", "names", "eps_parameter", layer_norm("eps_parameter"), r"unexpected \['eps'\]"),
+    slip("LayerNorm", "parameters", "plain_tensors", LayerNormPlainTensors, "should be an nn.Parameter"),
+    slip("LayerNorm", "parameters", "random_start", LayerNormRandomStart, "should start with `weight` all 1"),
+    slip("LayerNorm", "output", "unbiased", subclass(ref.LayerNorm, ln_forward(unbiased=True)), "unbiased variance"),
+    slip("LayerNorm", "output", "eps_outside", subclass(ref.LayerNorm, ln_forward(eps_outside=True)),
+         "inside the square root"),
+    slip("LayerNorm", "eps", "torch_default", LayerNormTorchDefault, "the default eps is not 1e-6"),
+    slip("LayerNorm", "gradient", "mean_detached", layer_norm("mean_detached"),
+         r"the gradient reaching `x` differs from the reference's(.|\n)*mean = mean.detach\(\)"),
+    slip("LayerNorm", "gradient", "weight_data", layer_norm("weight_data"),
+         r"no gradient reaches `weight`(.|\n)*self.weight.data"),
+    slip("LayerNorm", "inputs", "x_minus_mean", layer_norm("in_place"), "changed its input `x` in place"),
+    slip("DropPath", "eval", "in_eval", drop(in_eval=True), "eval mode"),
+    slip("DropPath", "training", "elementwise", drop(elementwise=True), "partly zeroed"),
+    slip("DropPath", "training", "one_coin", DropPathOneCoin, "not one coin for the whole batch"),
+    slip("DropPath", "training", "not_scaled", drop(scale=lambda p: 1.0), "not scaled"),
+    slip("DropPath", "training", "mask_3d", drop_path("mask_3d"),
+         r"shape \(3000, 3000, 7\), expected \(3000, 7\)(.|\n)*give it x.ndim axes"),
+    slip("DropPath", "error", "no_check", DropPathNoCheck, "p=1.0 is not a probability below 1: expected a ValueError"),
+    slip("DropPath", "gradient", "detach", drop_path("detach"), r"carries no gradient at all(.|\n)*x.detach\(\)"),
+    slip("DropPath", "inputs", "mul_", drop(inplace=True), "changed its input `x` in place"),
+    slip("EncoderBlock", "names", "ln1", BlockRenamed, r"missing \['norm1.weight'"),
+    slip("EncoderBlock", "output", "post_norm", block("post"), "post-norm"),
+    slip("EncoderBlock", "output", "no_residual", block("nores"), "residual connection around attention"),
+    slip("EncoderBlock", "mask", "no_mask", block("nomask"), "mask seems not to reach"),
+    slip("EncoderBlock", "options", "qkv_bias", block_slip("qkv_bias"), "qkv_bias=False seems ignored"),
+    slip("EncoderBlock", "options", "swap_ls", block_slip("swap_ls"), "ls1 and ls2 are swapped"),
+    slip("EncoderBlock", "drop_path", "around_sum", block_slip("around_sum"), r"DropPath is applied to x \+ branch"),
+    slip("EncoderBlock", "drop_path", "ignored", block_slip("drop_path"), "no residual branch was ever dropped"),
+    slip("EncoderBlock", "gradient", "residual_detached", block_more("residual_detached"),
+         r"the gradient reaching `x` differs(.|\n)*x = x.detach\(\)"),
+    slip("EncoderBlock", "gradient", "attn_no_grad", block_more("attn_no_grad"),
+         r"no gradient reaches `norm1.weight`(.|\n)*torch.no_grad"),
+    slip("EncoderBlock", "inputs", "plus_equals", block_more("in_place"), "changed its input `x` in place"),
+]
+
+
+@pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
+def test_catalogue_slip_is_caught_with_its_rule(entry):
+    caught(entry)

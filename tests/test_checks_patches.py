@@ -9,7 +9,7 @@ from torch import nn
 import vit_course as ref
 from vit_course import checks
 
-from .check_helpers import accepts, rejects
+from .check_helpers import accepts, catalogue_ids, caught, rejects, slip
 
 patch_grid = getattr(ref.patches, "patch_grid", None) or ref.patches.grid_size  # renamed from grid_size
 
@@ -161,9 +161,13 @@ class ViTParts(nn.Module):
         grid = image_size // patch_size
         self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
         self.patch_embed = PatchEmbeddingConv(image_size, patch_size, in_channels, dim)
+        if mistake != "no_grid":
+            self.grid_size = (grid, grid)
         self.k = 1 if mistake == "cls_always" else self.k
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim) + (mistake == "cls_random")) if self.k else None
-        if pos_embed == "learned":
+        if pos_embed == "learned" and mistake == "buffer_pos":
+            self.register_buffer("pos_embed", torch.randn(1, grid * grid + self.k, dim) * 0.02)
+        elif pos_embed == "learned":
             self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + self.k, dim) * (
                 1.0 if mistake == "pos_std1" else 0.02))
         else:
@@ -182,13 +186,18 @@ class ViTParts(nn.Module):
         self.norm, self.head = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, num_classes)
         self.mistake = mistake
 
-    def forward(self, images):
+    def embed(self, images):
+        if self.mistake == "in_place":
+            images -= images.mean()
         x = self.patch_embed(images)  # (b, N, D)
+        x = x.detach() if self.mistake == "embed_detached" else x
         if self.mistake == "append":
-            x = torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
-        else:
-            x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
-            x = x if self.mistake == "nopos" else x + self.pos_embed
+            return torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
+        x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
+        return x if self.mistake == "nopos" else x + self.pos_embed
+
+    def forward(self, images):
+        x = self.embed(images)  # (b, n, D)
         for blk in self.blocks:
             x = blk(x)
         x = x if self.mistake == "nonorm" else self.norm(x)
@@ -305,8 +314,8 @@ def unpatchify_no_check(patches, p, size):
 
 @pytest.mark.parametrize("impl, hint", [
     (lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1]), "height and width are swapped"),
-    (unpatchify_no_check, r"cannot make a 12x12 image \(it has 9\): expected a ValueError, your code raised "
-                          r"EinopsError"),
+    (unpatchify_no_check, r"cannot be cut into 4x4 patches \(10 is not divisible by 4\): expected a ValueError, your "
+                          r"code raised EinopsError"),
 ])
 def test_unpatchify_rejects_more(impl, hint):
     rejects(checks.unpatchify, impl, hint)
@@ -339,7 +348,7 @@ class PatchEmbeddingNoGrid(PatchEmbeddingNoShapeCheck):
     (PatchEmbeddingNoBias, "the projection has a bias"),
     (PatchEmbeddingNoShapeCheck, "images of 12x16 pixels given to a model built for 8x12 .*: expected a ValueError, "
                                  "your code returned tensor\\(2, 12, 10\\)"),
-    (PatchEmbeddingNoGrid, r"PatchEmbedding\(\(8, 12\), 4, 3, 10\).grid_size should be \(2, 3\), got None"),
+    (PatchEmbeddingNoGrid, r"PatchEmbedding\(8, 4, 3, 10\).grid_size should be \(2, 2\), got None"),
 ])
 def test_patch_embedding_rejects_more(impl, hint):
     rejects(checks.PatchEmbedding, impl, hint)
@@ -414,3 +423,199 @@ def resample_old_grid_swapped(pos_embed, new_grid, num_prefix_tokens=1, old_grid
 ])
 def test_resample_rejects_more(impl, hint):
     rejects(checks.resample_position_embeddings, impl, hint)
+
+
+# --- the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame --------
+
+def patchify_detached(images, p):
+    return ref.patchify(images.detach(), p)
+
+
+def patchify_in_place(images, p):
+    images -= images.mean()  # "centre the pixels first"
+    return ref.patchify(images, p)
+
+
+def unpatchify_pair_only(patches, p, size):
+    height, width = size  # an int image_size cannot be unpacked
+    return ref.unpatchify(patches, p, (height, width))
+
+
+def unpatchify_checks(ndim=True, length=True, width=True):
+    def unpatchify(patches, p, size):
+        gh, gw = patch_grid(size, p)
+        if ndim and patches.ndim != 3:
+            raise ValueError(f"patches {tuple(patches.shape)} are not (b, N, P*P*c)")
+        if length and patches.shape[-2] != gh * gw:  # counted from the end: a missing batch axis slips through
+            raise ValueError(f"{patches.shape[-2]} patches do not make a {gh}x{gw} grid")
+        if width and patches.shape[-1] % (p * p):
+            raise ValueError(f"patches of width {patches.shape[-1]} are not P*P*c values")
+        return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=gh, w=gw)
+    return unpatchify
+
+
+def unpatchify_detached(patches, p, size):
+    return ref.unpatchify(patches, p, size).detach()
+
+
+def unpatchify_resize(patches, p, size):
+    gh, gw = patch_grid(size, p)
+    b, n, d = patches.shape
+    if n != gh * gw or d % (p * p):
+        raise ValueError(f"patches {tuple(patches.shape)} do not make a {size} image")
+    grid = patches.resize_(b, gh, gw, p, p, d // (p * p))  # resize_ reshapes the caller's tensor too
+    return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, d // (p * p), gh * p, gw * p)
+
+
+class PatchEmbeddingSlip(ref.PatchEmbedding):
+    """The reference PatchEmbedding with one slip."""
+
+    slip = None
+
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        if self.slip == "patch_pair":
+            patch_size = ref.patches.to_pair(patch_size)
+        if self.slip == "floored":
+            nn.Module.__init__(self)
+            self.image_size, self.patch_size = ref.patches.to_pair(image_size), patch_size
+            self.in_channels = in_channels
+            self.grid_size = (self.image_size[0] // patch_size, self.image_size[1] // patch_size)
+            self.num_patches = self.grid_size[0] * self.grid_size[1]
+            self.proj = nn.Linear(patch_size * patch_size * in_channels, dim)
+            return
+        super().__init__(image_size, patch_size, in_channels, dim)
+
+    def forward(self, images):
+        if self.slip == "in_place":
+            images /= images.abs().max()
+        if self.slip == "weight_data":
+            return F.linear(ref.patchify(images, self.patch_size), self.proj.weight.data, self.proj.bias)
+        patches = ref.patchify(images, self.patch_size)
+        return self.proj(patches.detach() if self.slip == "detached" else patches)
+
+
+def patch_embedding(slip):
+    return type("PatchEmbedding", (PatchEmbeddingSlip,), {"slip": slip})
+
+
+def embed_slip(slip):
+    def add_class_token_and_position(tokens, cls_token, pos_embed):
+        if slip == "no_none" or cls_token is not None:
+            if slip == "no_expand":
+                tokens = torch.cat([cls_token, tokens], dim=1)
+            else:
+                token = cls_token.detach() if slip == "cls_detached" else cls_token
+                tokens = torch.cat([token.expand(len(tokens), -1, -1), tokens], dim=1)
+        if slip == "sliced" and pos_embed.shape[1] > tokens.shape[1]:
+            pos_embed = pos_embed[:, :tokens.shape[1]]  # "use the rows we need": hides a table made for another size
+        if tokens.shape[1:] != pos_embed.shape[1:]:
+            raise ValueError("position embeddings don't fit" if slip == "vague" else
+                             f"pos_embed {tuple(pos_embed.shape)} does not fit tokens {tuple(tokens.shape)}")
+        return tokens + (pos_embed.data if slip == "pos_data" else pos_embed)
+    return add_class_token_and_position
+
+
+class ViTRenamed(ViTParts):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.embedding = self.patch_embed
+        del self.patch_embed
+
+    def embed(self, images):
+        x = self.embedding(images)
+        return x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1) + \
+            self.pos_embed
+
+
+class ViTInlineEmbed(ViTParts):
+    """Everything in forward, no embed method."""
+
+    def __getattribute__(self, name):
+        if name == "embed":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def forward(self, images):
+        x = ViTParts.embed(self, images)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
+
+
+SLIPS = [
+    slip("patchify", "output", "channels_first", patchify_F_unfold, "channels-first"),
+    slip("patchify", "output", "columns", lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)", p1=p,
+                                                                  p2=p), "column by column"),
+    slip("patchify", "error-sides", "unfold_drops", patchify_silent, r"10 is not divisible by 4\): expected a "
+         r"ValueError, your code returned"),
+    slip("patchify", "error-ndim", "no_ndim", lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1),
+         "no batch axis: expected a ValueError"),
+    slip("patchify", "gradient", "detach", patchify_detached, r"carries no gradient(.|\n)*images.detach\(\)"),
+    slip("patchify", "inputs", "centred", patchify_in_place, "changed its input `images` in place"),
+    slip("unpatchify", "output", "columns", unpatchify_columns, "column by column"),
+    slip("unpatchify", "image-size", "int", unpatchify_pair_only,
+         r"cannot unpack non-iterable int object(.|\n)*height, width = size(.|\n)*to_pair\(size\)"),
+    slip("unpatchify", "error-sides", "no_check", unpatchify_no_check, "10 is not divisible by 4"),
+    slip("unpatchify", "error-ndim", "no_ndim", unpatchify_checks(ndim=False), r"patches of shape \(4, 48\) have no "
+         r"batch axis: expected a ValueError"),
+    slip("unpatchify", "error-length", "no_length", unpatchify_checks(length=False), r"cannot make a 12x12 image "
+         r"\(it has 9\): expected a ValueError"),
+    slip("unpatchify", "error-width", "no_width", unpatchify_checks(width=False),
+         r"width 40 .*: expected a ValueError"),
+    slip("unpatchify", "gradient", "detach", unpatchify_detached, "carries no gradient"),
+    slip("unpatchify", "inputs", "resize_", unpatchify_resize, "changed its input `patches` in place"),
+    slip("PatchEmbedding", "attributes", "size_int", type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {}),
+         r"image_size should be \(8, 8\), got 8(.|\n)*to_pair"),
+    slip("PatchEmbedding", "attributes", "patch_pair", patch_embedding("patch_pair"),
+         r"raised TypeError(.|\n)*at line \d+ of your code(.|\n)*the error comes from the course's `patch_grid`(.|\n)*"
+         r"likely cause: a pair where one int is expected: patch_size is a single int P"),
+    slip("PatchEmbedding", "attributes", "no_grid", PatchEmbeddingNoGrid, r"grid_size should be \(2, 2\), got None"),
+    slip("PatchEmbedding", "names", "no_bias", PatchEmbeddingNoBias, "the projection has a bias"),
+    slip("PatchEmbedding", "output", "channels_first", PatchEmbeddingChannelsFirst, "channels-first"),
+    slip("PatchEmbedding", "output", "conv_map", PatchEmbeddingMap, "Conv2d's"),
+    slip("PatchEmbedding", "error-init", "floored", patch_embedding("floored"), r"30 is not divisible by 4\): building "
+         r"the model must fail(.|\n)*expected a ValueError, your code returned"),
+    slip("PatchEmbedding", "error-shape", "no_check", PatchEmbeddingNoShapeCheck, "images of 12x16 pixels"),
+    slip("PatchEmbedding", "gradient", "detached", patch_embedding("detached"), "no gradient reaches `images`"),
+    slip("PatchEmbedding", "gradient", "weight_data", patch_embedding("weight_data"),
+         r"no gradient reaches `proj.weight`(.|\n)*self.proj.weight.data"),
+    slip("PatchEmbedding", "inputs", "normalised", patch_embedding("in_place"), "changed its input `images` in place"),
+    slip("add_class_token_and_position", "output", "appended",
+         lambda t, c, p: torch.cat([t, c.expand(len(t), -1, -1)], 1) + p, "appended"),
+    slip("add_class_token_and_position", "output", "no_expand", embed_slip("no_expand"),
+         r"Sizes of tensors must match(.|\n)*expand it to the batch first, cls_token.expand\(b, -1, -1\)"),
+    slip("add_class_token_and_position", "no-class-token", "no_none", embed_slip("no_none"),
+         r"'NoneType' object has no attribute 'expand'(.|\n)*prepend it only `if cls_token is not None`"),
+    slip("add_class_token_and_position", "error", "sliced", embed_slip("sliced"),
+         r"pos_embed \(1, 7, 6\) has 7 rows for 5 tokens .*: expected a ValueError, your code returned"),
+    slip("add_class_token_and_position", "error", "vague", embed_slip("vague"),
+         r"your ValueError says \"position embeddings don't fit\", which does not name \(1, 4, 6\) and "
+         r"\(2, 4, 6\) or \(2, 5, 6\)"),
+    slip("add_class_token_and_position", "error", "no_check", embed_no_check, "no row for the class token"),
+    slip("add_class_token_and_position", "gradient", "cls_detached", embed_slip("cls_detached"),
+         r"no gradient reaches `cls_token`(.|\n)*cls_token.detach\(\)"),
+    slip("add_class_token_and_position", "gradient", "pos_data", embed_slip("pos_data"),
+         r"no gradient reaches `pos_embed`(.|\n)*pos_embed.data"),
+    slip("add_class_token_and_position", "inputs", "plus_equals", embed_inplace, "changed its input `tokens` in place"),
+    slip("ViT", "names", "renamed", ViTRenamed, r"missing \['patch_embed.proj.weight'"),
+    slip("ViT", "attributes", "no_grid", vit_with("no_grid"), r"grid_size should be \(3, 3\), got None"),
+    slip("ViT", "embed", "no_embed", ViTInlineEmbed, "has no method embed"),
+    slip("ViT", "embed", "appended", vit_with("append"), r"tokens from embed\(images\)(.|\n)*appended"),
+    slip("ViT", "output", "no_norm", vit_with("nonorm"), "final LayerNorm"),
+    slip("ViT", "initial", "cls_random", vit_with("cls_random"), "cls_token should be zeros"),
+    slip("ViT", "sincos", "parameter", vit_with("sincos_param"), "register_buffer"),
+    slip("ViT", "pool", "mean_all", vit_with("mean_all"), "mean pooling averages the class token in"),
+    slip("ViT", "drop_path", "same", vit_with("rates_same"), "every block gets the same rate"),
+    slip("ViT", "gradient", "buffer_pos", vit_with("buffer_pos"), r"`pos_embed` is not a trainable parameter(.|\n)*"
+         r"nn.Parameter"),
+    slip("ViT", "gradient", "embed_detached", vit_with("embed_detached"),
+         r"no gradient reaches `patch_embed.proj.weight`(.|\n)*x.detach\(\)"),
+    slip("ViT", "inputs", "centred", vit_with("in_place"), "changed its input `images` in place"),
+    slip("count_parameters", "output", "no_cls", count(cls_token=False), "class token"),
+    slip("count_parameters", "int", "float", count_float, "the count should be an int, got float"),
+]
+
+
+@pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
+def test_catalogue_slip_is_caught_with_its_rule(entry):
+    caught(entry)

@@ -6,6 +6,8 @@ import torch
 from vit_course import checks, pool_tokens
 from vit_course.checks import CheckFailed
 
+from .check_helpers import catalogue_ids, caught, slip
+
 
 def test_reference_and_variants_pass(capsys):
     checks.pool_tokens(pool_tokens)
@@ -52,3 +54,27 @@ def test_missing_value_errors_are_named():
         checks.pool_tokens(no_checks)
     with pytest.raises(CheckFailed, match="pool='max' is neither 'cls' nor 'mean': expected a ValueError"):
         checks.pool_tokens(lambda x, pool="cls", k=1: pool_tokens(x, "mean" if pool == "max" else pool, k))
+
+
+# --- the catalogue of slips (issue 34), with the rule the check must blame -----------------------------------
+
+def pool_in_place(x, pool="cls", num_prefix_tokens=1):
+    x -= x.mean(1, keepdim=True)  # "centre the tokens", in the caller's tensor
+    return pool_tokens(x, pool, num_prefix_tokens)
+
+
+SLIPS = [
+    slip("pool_tokens", "output", "with_class_token",
+         lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x.mean(1), "includes the class token"),
+    slip("pool_tokens", "output", "last_token",
+         lambda x, pool="cls", k=1: x[:, -1] if pool == "cls" else x[:, k:].mean(1), "last token"),
+    slip("pool_tokens", "error", "no_checks", no_checks, "there is no class token to read: expected a ValueError"),
+    slip("pool_tokens", "gradient", "detach", lambda x, pool="cls", k=1: pool_tokens(x.detach(), pool, k),
+         "carries no gradient"),
+    slip("pool_tokens", "inputs", "centred", pool_in_place, "changed its input `x` in place"),
+]
+
+
+@pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
+def test_catalogue_slip_is_caught_with_its_rule(entry):
+    caught(entry)

@@ -20,7 +20,7 @@ def step(train_mode=True, zero_grad="before", smoothing=True, softmax=False, ite
             model.train()
         if zero_grad == "before":
             optimizer.zero_grad()
-        logits = model(images)
+        logits = model(images).float()
         logits = logits.softmax(-1) if softmax else logits
         loss = torch.nn.CrossEntropyLoss(label_smoothing=label_smoothing if smoothing else 0.0)(logits, labels)
         loss.backward()
@@ -126,7 +126,7 @@ def test_warmup_cosine_accepts(impl, capsys):
 # --- random_crop_flip ----------------------------------------------------------------------------------------
 
 def crop_flip(pad_mode="constant", same_offset=False, high_exclusive=False, vertical=False, batch_flip=False,
-              use_generator=True, shared_offset=False, validate=True):
+              use_generator=True, shared_offset=False, validate=True, loop=False):
     def random_crop_flip(images, padding=4, flip=True, generator=None):
         if validate and (images.ndim != 4 or padding < 0):
             raise ValueError(f"bad images {tuple(images.shape)} or padding {padding}")
@@ -137,7 +137,12 @@ def crop_flip(pad_mode="constant", same_offset=False, high_exclusive=False, vert
         dy, dx = (torch.randint(high, (1 if same_offset else b,), generator=gen).expand(b) for _ in range(2))
         dx = dy if shared_offset else dx
         coins = torch.rand(1 if batch_flip else b, generator=gen).expand(b) < 0.5
-        out = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(b)])
+        rows, cols = dy[:, None] + torch.arange(h), dx[:, None] + torch.arange(w)  # (b, H), (b, W)
+        if loop:
+            out = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(b)])
+        else:  # advanced indexing, all samples at once
+            out = padded[torch.arange(b)[:, None, None, None], torch.arange(images.shape[1])[None, :, None, None],
+                         rows[:, None, :, None], cols[:, None, None, :]]
         if flip:
             out = torch.where(coins[:, None, None, None], out.flip(-2 if vertical else -1), out)
         return out
@@ -177,7 +182,8 @@ def step_with(slip):
         model.train()
         optimizer.zero_grad()
         reduction = "sum" if slip == "sum" else "mean"
-        loss = F.cross_entropy(model(images), labels, label_smoothing=label_smoothing, reduction=reduction)
+        logits = model(images) if slip == "low_precision" else model(images).float()
+        loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction=reduction)
         loss.backward()
         if slip == "zero_between":
             optimizer.zero_grad()

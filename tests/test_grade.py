@@ -33,13 +33,15 @@ def test_grades_each_check_cell_in_a_kernel(tmp_path, capsys):
     before = path.read_text()
     assert grade.main([str(path), "--timeout", "120"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "✔ merge_heads (cell 4)"
-    assert lines[1].startswith("✘ split_heads (cell 7): wrong split into 3 heads: largest difference")
-    assert lines[2] == ("✘ scaled_dot_product_attention (cell 9): not done yet: scaled_dot_product_attention. "
+    assert lines[0] == "✔ merge_heads (In [3])"
+    assert lines[1].startswith("✘ split_heads (In [5]): wrong split into 3 heads: largest difference")
+    assert lines[2].startswith("    tried: split_heads(tensor(2, 5, 12), 3)")
+    assert lines[3].startswith("    likely cause: your heads look reshaped without a transpose")
+    assert lines[4] == ("✘ scaled_dot_product_attention (In [7]): not done yet: scaled_dot_product_attention. "
                         "Replace `raise NotImplementedError` in the scaled_dot_product_attention cell with your "
                         "code, run that cell, then run this check again.")
-    assert lines[3].startswith("✘ pool_tokens (cell 11): cell 10 raised SyntaxError: invalid syntax")
-    assert lines[4] == "1 of 4 exercises pass" and len(lines) == 5
+    assert lines[5].startswith("✘ pool_tokens (In [9]): In [8] raised SyntaxError: invalid syntax")
+    assert lines[-1] == "1 of 4 exercises pass"
     assert "\x1b" not in "\n".join(lines)
     assert path.read_text() == before  # the learner's file is left alone
 
@@ -73,7 +75,7 @@ def test_all_passing_exits_0(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(grade, "execute", fake_execute)
     assert grade.main([str(path)]) == 0
-    assert capsys.readouterr().out == "✔ MLP (cell 2)\n✔ ViT (cell 3)\n2 of 2 exercises pass\n"
+    assert capsys.readouterr().out == "✔ MLP (In [2])\n✔ ViT (In [3])\n2 of 2 exercises pass\n"
 
 
 def test_verdicts_without_a_kernel():
@@ -86,14 +88,45 @@ def test_verdicts_without_a_kernel():
         ("checks.EncoderBlock(EncoderBlock)", []),
         ("checks.ViT(ViT)", [stream("✔ ViT: passed 14 tests\n")]),
     )
-    assert grade.verdict(nb, 1, "MLP", 0) == (False, "wrong output: largest difference 1")
-    assert grade.verdict(nb, 3, "LayerNorm", 2) == (False, "cell 3 raised NameError: name 'nn' is not defined")
+    assert grade.verdict(nb, 1, "MLP", 0) == (False, "wrong output: largest difference 1\n  tried: MLP(6, 24)")
+    assert grade.verdict(nb, 3, "LayerNorm", 2) == (False, "In [3] raised NameError: name 'nn' is not defined")
     assert grade.verdict(nb, 4, "DropPath", 4) == (False, "NameError: name 'DropPath' is not defined")
     assert grade.verdict(nb, 5, "EncoderBlock", 5)[0] is False  # ran, printed nothing
     assert grade.verdict(nb, 6, "ViT", 6) == (True, "")
     nb.cells[6].outputs, nb.cells[6].execution_count = [], None
     assert grade.verdict(nb, 6, "ViT", 6, stopped="CellTimeoutError: cell 5 took too long") == (
         False, "not run (CellTimeoutError: cell 5 took too long)")
+    assert grade.cell_number(nb, 6) == "code cell 6" and grade.cell_number(nb, 5) == "In [6]"
+
+
+PATCHIFY = "def patchify(images, patch_size):\n    return images.flatten(2)"
+EMBEDDING = ("class PatchEmbedding(nn.Module):\n    def forward(self, images):\n"
+             "        return self.proj(patchify(images, self.patch_size))")
+
+
+def test_a_failure_that_an_earlier_exercise_explains_says_so(tmp_path, monkeypatch, capsys):
+    path = notebook(tmp_path / "04.ipynb", "from vit_course import checks", PATCHIFY, "checks.patchify(patchify)",
+                    "x = unpatchify(patchify(photo, 4), 4, 32)  # a demo cell, not the exercise",
+                    EMBEDDING, "checks.PatchEmbedding(PatchEmbedding)")
+    failures = {2: "patchify: wrong patches of a 12x8 image\n  likely cause: each patch is flattened channels-first",
+                5: "PatchEmbedding: wrong patch tokens\n  tried: PatchEmbedding(8, 4, 3, 10)(tensor(2, 3, 8, 8))"}
+
+    def fake_execute(nb, folder, timeout=None, kernel=None):
+        for i, cell in enumerate(nb.cells):
+            cell.execution_count = i + 1
+            if i in failures:
+                cell.outputs = [nbformat.from_dict(error("CheckFailed", failures[i]))]
+
+    monkeypatch.setattr(grade, "execute", fake_execute)
+    assert grade.main([str(path)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "✘ patchify (In [3]): wrong patches of a 12x8 image",
+        "    likely cause: each patch is flattened channels-first",
+        "✘ PatchEmbedding (In [6]): wrong patch tokens",
+        "    tried: PatchEmbedding(8, 4, 3, 10)(tensor(2, 3, 8, 8))",
+        "    probably caused by an earlier exercise: your patchify (In [3]) fails its check and this exercise's "
+        "code calls it; fix patchify first",
+        "0 of 2 exercises pass"]
 
 
 def test_check_cells_skip_comments_and_markdown():
@@ -119,4 +152,5 @@ def test_help_says_how_cells_are_counted(capsys):
     with pytest.raises(SystemExit):
         grade.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "Cell N counts every cell of the notebook, markdown cells included, from 1 at the top" in text
+    assert "In [n] is the number Jupyter shows beside a code cell" in text
+    assert "pytest --nbval-lax calls the same cell 'Cell n-1'" in text

@@ -224,7 +224,11 @@ def test_untouched_student_notebook_stops_at_first_check(path):
         run_cells(nb, [i for i in range(first + 1) if "slow" not in nb.cells[i].metadata.get("tags", [])], path.parent)
     error = info.value
     assert error.ename == "CheckFailed" and "not done yet" in error.evalue, str(error)[-2000:]
+    assert "\n" not in error.evalue.strip(), f"not the course's one-line message: {error.evalue!r}"
+    assert "Traceback" not in str(error) and "site-packages" not in str(error), str(error)[-2000:]
     assert CHECK_CELL.search(error.args[0] if error.args else ""), "stopped before the first check cell"
+    name = re.search(r"checks\.(\w+)\(", nb.cells[first].source).group(1)  # the first exercise
+    assert error.evalue.startswith(f"not done yet: {name}"), error.evalue
 
 
 def fill_in(student_source, solution_source):

@@ -1,9 +1,11 @@
 """Grade a learner's notebook (all chapters): ``python -m vit_course grade NOTEBOOK``.
 
 Runs the notebook top to bottom in a fresh kernel (going on after errors, stopping after its last check
-cell) and prints one line per exercise check cell, ✔ or ✘ with the exercise's name, the cell's number and,
-for a failure, the first line of what went wrong; then ``K of N exercises pass``. Exit code 0 when all pass.
-The notebook file is left as it was.
+cell) and prints one line per exercise check cell: ✔ or ✘, the exercise's name and the cell's number as Jupyter
+shows it after "Restart kernel and run all" (``In [n]``). Under a ✘ come what went wrong, what the check tried,
+the likely cause and where in the learner's code, and, when the exercise's code calls an earlier exercise that
+fails its own check, that the failure probably comes from there. Then ``K of N exercises pass``. Exit code 0
+when all pass. The notebook file is left as it was.
 """
 
 import argparse
@@ -17,8 +19,11 @@ from .kernel import TIMEOUT, run
 
 CHECK_CALL = re.compile(r"^[^#\n]*?\bchecks\.(\w+)\(", re.M)  # a call outside a comment
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-CELL_NUMBERS = ("cell N counts every cell of the notebook, markdown cells included, from 1 at the top (JupyterLab "
-                "and Jupyter Notebook do not number cells; the execution count [n] is another number)")
+CELL_NUMBERS = ("In [n] is the number Jupyter shows beside a code cell once the notebook has run top to bottom in a "
+                "fresh kernel (Kernel > Restart Kernel and Run All Cells), which is how grade runs it. pytest "
+                "--nbval-lax calls the same cell 'Cell n-1': it counts the code cells from 0, markdown cells left "
+                "out (an empty code cell is counted there but gets no In [n], so below one the two differ by one "
+                "more). A check cell that never ran is shown by its place among the code cells, as pytest counts")
 
 
 def check_cells(nb):
@@ -31,16 +36,21 @@ def check_cells(nb):
     return found
 
 
+def lines(text):
+    """The non-empty lines of an output text, without colour codes."""
+    return [line.rstrip() for line in ANSI.sub("", str(text)).strip().split("\n") if line.strip()]
+
+
 def first_line(text):
-    lines = [line.strip() for line in ANSI.sub("", str(text)).strip().split("\n") if line.strip()]
-    return lines[0] if lines else ""
+    found = lines(text)
+    return found[0].strip() if found else ""
 
 
 def cell_error(cell):
-    """(exception name, first line of its message) of a code cell's error output, or None."""
+    """(exception name, its message, without colour codes) of a code cell's error output, or None."""
     for output in cell.get("outputs", []):
         if output.get("output_type") == "error":
-            return output.get("ename", "Error"), first_line(output.get("evalue", ""))
+            return output.get("ename", "Error"), "\n".join(lines(output.get("evalue", "")))
     return None
 
 
@@ -55,6 +65,15 @@ def printed(cell):
     return ANSI.sub("", "".join(texts))
 
 
+def cell_number(nb, index):
+    """How Jupyter numbers the code cell ``index`` after a run from the top: 'In [n]'; a cell that did not run:
+    'code cell k', its place among the code cells counted from 0 (pytest --nbval-lax's 'Cell k')."""
+    count = nb.cells[index].get("execution_count")
+    if count is not None:
+        return f"In [{count}]"
+    return f"code cell {sum(c.cell_type == 'code' for c in nb.cells[:index])}"
+
+
 def execute(nb, folder, timeout=TIMEOUT, kernel="python3"):
     """Run the notebook's cells in place in a fresh kernel, going on after errors (cwd = ``folder``).
 
@@ -67,7 +86,8 @@ def execute(nb, folder, timeout=TIMEOUT, kernel="python3"):
 
 
 def verdict(nb, index, name, since, stopped=None):
-    """(passed, message) for the check cell ``index``; ``since``: the first cell of its exercise."""
+    """(passed, message) for the check cell ``index``; ``since``: the first cell of its exercise. The message's
+    first line says what went wrong; the lines after it (the check's "tried", "likely cause", "at line") explain."""
     cell = nb.cells[index]
     if cell.get("execution_count") is None and not cell.get("outputs"):
         return False, f"not run ({stopped})" if stopped else "not run"
@@ -82,12 +102,27 @@ def verdict(nb, index, name, since, stopped=None):
     for before in range(since, index):  # an exercise cell that failed first explains the rest
         earlier = cell_error(nb.cells[before]) if nb.cells[before].cell_type == "code" else None
         if earlier:
-            return False, f"cell {before + 1} raised {earlier[0]}: {earlier[1]}".rstrip(": ")
+            return False, f"{cell_number(nb, before)} raised {earlier[0]}: {earlier[1]}".rstrip(": ")
     return False, f"{ename}: {message}".rstrip(": ")
 
 
+def exercise_code(nb, since, index, name):
+    """The sources of the exercise's code cells before its check cell ``index``: those defining ``name`` (else the
+    code cell just before the check)."""
+    code = [cell.source for cell in nb.cells[since:index] if cell.cell_type == "code"]
+    defining = [source for source in code if re.search(rf"^(?:class|def)\s+{re.escape(name)}\b", source, re.M)]
+    return defining or code[-1:]
+
+
+def uses(nb, since, index, name, other):
+    """True if the code of exercise ``name`` (its cells among ``since`` .. ``index``) calls exercise ``other``."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(other)}\s*\(")
+    return any(pattern.search(source) for source in exercise_code(nb, since, index, name))
+
+
 def grade(path, timeout=TIMEOUT, kernel="python3"):
-    """Run the notebook at ``path`` and return [(exercise, cell number, passed, message)]."""
+    """Run the notebook at ``path``; returns [(exercise, cell number, passed, message, earlier)], ``earlier``: the
+    (exercise, cell number) of earlier failing exercises this exercise's code calls."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     cells = check_cells(nb)
@@ -98,21 +133,44 @@ def grade(path, timeout=TIMEOUT, kernel="python3"):
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     stopped = execute(nb, path.parent, timeout, kernel)
-    results, since = [], 0
+    results, since, failed = [], 0, []
     for index, name in cells:
         passed, message = verdict(nb, index, name, since, stopped)
-        results.append((name, index + 1, passed, message))
+        earlier = [(other, number) for other, number in failed if other != name and uses(nb, since, index, name,
+                                                                                            other)]
+        results.append((name, cell_number(nb, index), passed, message, earlier))
+        if not passed:
+            failed.append((name, cell_number(nb, index)))
         since = index + 1
     return results
+
+
+def report(results):
+    """The lines grade prints for ``results``."""
+    out = []
+    for name, number, passed, message, earlier in results:
+        if passed:
+            out.append(f"✔ {name} ({number})")
+            continue
+        head, *details = message.split("\n") or [""]
+        out.append(f"✘ {name} ({number}): {head.strip()}")
+        out += [f"    {line.strip()}" for line in details if line.strip()]
+        for other, where in earlier:
+            out.append(f"    probably caused by an earlier exercise: your {other} ({where}) fails its check and "
+                       f"this exercise's code calls it; fix {other} first")
+    passing = sum(result[2] for result in results)
+    return out + [f"{passing} of {len(results)} exercises pass"]
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m vit_course grade", description="Run a notebook in a fresh kernel and say which exercises "
-        "pass their checks: one line per check cell, ✔ or ✘, the exercise, 'cell N' and, for a failure, the first "
-        "line of the problem; then 'K of N exercises pass'. Exit code 0 when all pass, 1 otherwise.",
-        epilog=f"{CELL_NUMBERS[0].upper()}{CELL_NUMBERS[1:]}. The run goes on after errors and stops after the last "
-               "check cell; the notebook file is not changed.")
+        "pass their checks: one line per check cell, ✔ or ✘, the exercise and its cell as Jupyter numbers it "
+        "(In [n]); under a ✘ what went wrong, what the check tried, the likely cause, the line of your code, and "
+        "whether an earlier exercise that fails is probably the cause; then 'K of N exercises pass'. Exit code 0 "
+        "when all pass, 1 otherwise.",
+        epilog=f"{CELL_NUMBERS}. The run goes on after errors and stops after the last check cell; the notebook "
+               "file is not changed.")
     parser.add_argument("notebook", type=Path,
                         help="the notebook to grade, e.g. notebooks/02_multi_head_attention.ipynb")
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds allowed per cell (default %(default)s)")
@@ -135,11 +193,8 @@ def main(argv=None):
         return 1
     print(f"grading {args.notebook}: running its cells in a fresh kernel ...", file=sys.stderr, flush=True)
     results = grade(args.notebook, args.timeout, args.kernel)
-    for name, number, passed, message in results:
-        print(f"{'✔' if passed else '✘'} {name} (cell {number})" + ("" if passed else f": {message}"))
-    passing = sum(passed for _, _, passed, _ in results)
-    print(f"{passing} of {len(results)} exercises pass")
-    return 0 if passing == len(results) else 1
+    print("\n".join(report(results)))
+    return 0 if all(result[2] for result in results) else 1
 
 
 if __name__ == "__main__":

@@ -30,6 +30,20 @@ def run(nb, folder, timeout=TIMEOUT, kernel="python3", allow_errors=False):
     finally:
         for cell in nb.cells:
             if cell.cell_type == "code":
-                cell.outputs = [o for o in cell.get("outputs", [])
-                                if not (o.get("output_type") == "display_data" and WIDGET in o.get("data", {}))]
+                cell.outputs = merge_streams([o for o in cell.get("outputs", []) if not (
+                    o.get("output_type") == "display_data" and WIDGET in o.get("data", {}))])
     return nb
+
+
+def merge_streams(outputs):
+    """Consecutive prints to the same stream as one output, however the kernel happened to flush them: the stored
+    notebook is the same on a busy machine and an idle one."""
+    merged = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (output.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
+                and last.get("name") == output.get("name")):
+            last["text"] = "".join(last["text"]) + "".join(output["text"])
+            continue
+        merged.append(output)
+    return merged

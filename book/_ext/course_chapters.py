@@ -3,6 +3,8 @@
 The chapters are the solution notebooks themselves (book/chapters -> ../solutions); nothing here edits them.
 - `fold_solutions` tags every exercise cell (one holding `### BEGIN SOLUTION`) `hide-input` while the notebook
   is read, so the page shows the solution behind a "Show solution" toggle and its outputs open.
+- `strip_markers` then drops the grading markers (`### BEGIN SOLUTION`, `### END SOLUTION`, and the hint
+  markers) from the code the book shows: they are for `python -m vit_course notebooks`, not for the reader.
 - `label_setup` names the toggle of the setup cell, which its own `hide-cell` tag (written by
   `python -m vit_course notebooks`) folds, input and output, so each chapter opens with its story.
 - `point_book_links` turns a chapter's links to the book's pages, `../book/NAME.md` (right from solutions/ and
@@ -57,6 +59,25 @@ def fold_solutions(notebook):
     return folded
 
 
+MARKER_LINE = re.compile(r"^[ \t]*### (?:BEGIN|END) (?:SOLUTION|HINT)\b.*(?:\n|$)", re.M)
+
+
+def strip_markers(notebook):
+    """Drop the grading-marker lines from every code cell of a notebook (a dict in nbformat 4); returns how many
+    cells changed. Run after `fold_solutions`, which finds the exercises by their markers."""
+    changed = 0
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        stripped = MARKER_LINE.sub("", source)
+        if stripped != source:
+            cell["source"] = stripped.rstrip("\n")
+            changed += 1
+    return changed
+
+
 def label_setup(notebook):
     """Name the toggle of the setup cell (tagged `setup`) when a tag folds it; returns how many were named."""
     named = 0
@@ -85,12 +106,12 @@ def point_book_links(notebook):
 
 
 def on_source_read(app, docname, source):
-    """Fold the solutions of a notebook chapter, name its setup toggle and point its links to the book's pages, as
-    Sphinx reads it (not on disk)."""
+    """Fold the solutions of a notebook chapter, drop their grading markers, name its setup toggle and point its
+    links to the book's pages, as Sphinx reads it (not on disk)."""
     if not str(app.env.doc2path(docname)).endswith(".ipynb"):
         return
     notebook = json.loads(source[0])
-    if fold_solutions(notebook) + label_setup(notebook) + point_book_links(notebook):
+    if fold_solutions(notebook) + strip_markers(notebook) + label_setup(notebook) + point_book_links(notebook):
         source[0] = json.dumps(notebook)
 
 

@@ -6,8 +6,9 @@ Checks compare against the reference solutions in ``vit_course`` and never depen
 
 Modules, by chapter: ``attention`` (01), ``heads`` and ``multihead`` (02), ``blocks`` and ``encoder`` (03),
 ``patches`` (04), ``vit`` and ``counting`` (05), ``training`` and ``schedule`` (06), ``augment`` and
-``pooling`` (07), ``interpret`` and ``faithfulness`` (08), ``resample`` (09); ``core``, ``messages`` and
-``common`` hold what they share.
+``pooling`` (07), ``interpret`` and ``faithfulness`` (08), ``resample`` (09); ``core``, ``messages``,
+``modules`` and ``common`` hold what they share, ``gradients`` the test that gradients flow through the learner's
+code, and ``rules`` each exercise's list of rules, shared by its statement and its check.
 """
 
 from .attention import SelfAttention, scaled_dot_product_attention

@@ -9,8 +9,17 @@ import torch
 import torch.nn.functional as F
 
 from .. import attention as ref
-from .common import QK_SWAPPED, attention, attention_hints, check_attention_weights, only_biases, random_mask
+from .common import (
+    QK_SWAPPED,
+    TorchCalls,
+    attention,
+    attention_hints,
+    check_attention_weights,
+    only_biases,
+    random_mask,
+)
 from .core import check
+from .gradients import gradient_flow
 
 SDPA_CASES = [  # (q shape, k shape, v shape, mask shape or None)
     ((5, 6), (7, 6), (7, 3), None),
@@ -22,6 +31,9 @@ SDPA_CASES = [  # (q shape, k shape, v shape, mask shape or None)
     ((2, 3, 4, 8), (2, 3, 9, 8), (2, 3, 9, 5), (2, 1, 4, 9)),
 ]
 NOT_PASSED = "the mask seems not to reach the attention: pass it on, scaled_dot_product_attention(q, k, v, mask)"
+PRODUCT = ("the scores are q times the keys with their last two axes swapped, (..., m_q, d) @ (..., d, m_k): "
+           "`q @ k.transpose(-2, -1)`")
+ERRORS = (("cannot be multiplied", PRODUCT), ("must match the size of tensor", PRODUCT))
 
 
 def _pair(c, out):
@@ -33,17 +45,25 @@ def _pair(c, out):
 
 @check("scaled_dot_product_attention")
 def scaled_dot_product_attention(c, fn):
-    """softmax(q k^T / sqrt(d)) v on awkward shapes, with and without boolean masks (True = may attend)."""
+    """softmax(q k^T / sqrt(d)) v on awkward shapes, with plain tensor operations, with and without boolean masks
+    (True = may attend); gradients reach q, k and v."""
     g = torch.Generator().manual_seed(1)
     for q_shape, k_shape, v_shape, mask_shape in SDPA_CASES:
         q, k, v = (torch.randn(s, generator=g) * 1.5 for s in (q_shape, k_shape, v_shape))
         mask = None
+        c.phase("output" if mask_shape is None else "mask")
         if mask_shape == "causal":
             mask = torch.ones(q_shape[-2], k_shape[-2], dtype=torch.bool).tril()
         elif mask_shape is not None:
             mask = random_mask(mask_shape, g, p=0.4)
-        out = c.call(fn, q, k, v) if mask is None else c.call(fn, q, k, v, mask)
+        with TorchCalls() as calls:
+            out = c.call(fn, q, k, v, errors=ERRORS) if mask is None else c.call(fn, q, k, v, mask, errors=ERRORS)
         expected_out, expected_weights = ref.scaled_dot_product_attention(q, k, v, mask)
+        c.phase("plain")
+        c.ok("scaled_dot_product_attention" not in calls.names, "your function calls PyTorch's fused "
+             "F.scaled_dot_product_attention", "write the steps with plain tensor operations (@, .transpose, "
+             ".softmax, .masked_fill), as the exercise asks: the check compares yours against the fused function")
+        c.phase("output" if mask_shape is None else "mask")
         got_out, got_weights = _pair(c, out)
         swapped = (tuple(expected_weights.shape), "you returned (weights, out): the output comes first")
         c.tensor(got_weights, "weights", expected_weights.shape, torch.float32,
@@ -53,18 +73,24 @@ def scaled_dot_product_attention(c, fn):
         c.close(got_out, expected_out, "output", attention_hints(q, k, v, mask), shape_hints=[swapped])
         torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         c.close(got_out, torch_out, "output (against torch.nn.functional.scaled_dot_product_attention)")
+        if mask_shape in (None, (5, 7)) and len(q_shape) == 3:  # gradients, without and with a mask
+            gradient_flow(c, fn, lambda t, m=mask: _pair(c, c.call(fn, t["q"], t["k"], t["v"], m))[0],
+                          lambda t, m=mask: ref.scaled_dot_product_attention(t["q"], t["k"], t["v"], m)[0],
+                          dict(q=q, k=k, v=v))
 
 
 def _roles(q, k, v, mask=None):
-    """(hint, thunk) pairs: the projections used in the wrong roles."""
+    """(hint, thunk) pairs: the projections used in the wrong roles (also twice, one of them left out)."""
     made = dict(q=q, k=k, v=v)
     hints = []
-    for roles in itertools.permutations("qkv"):
+    for roles in itertools.product("qkv", repeat=3):
         if roles == ("q", "k", "v"):
             continue
+        wrong = [f"{what} from self.{used}" for what, used, right in zip(("queries", "keys", "values"), roles, "qkv",
+                                                                          strict=True) if used != right]
         hint = QK_SWAPPED if roles == ("k", "q", "v") else (
-            f"the layers play the wrong roles (queries from self.{roles[0]}, keys from self.{roles[1]}, values from "
-            f"self.{roles[2]}): queries come from self.q(x), keys from self.k(x), values from self.v(x)")
+            f"the layers play the wrong roles ({', '.join(wrong)}): queries come from self.q(x), keys from "
+            "self.k(x), values from self.v(x)")
         hints.append((hint, lambda r=roles: attention(made[r[0]], made[r[1]], made[r[2]], mask)[0]))
     return hints
 
@@ -72,7 +98,7 @@ def _roles(q, k, v, mask=None):
 @check("SelfAttention")
 def SelfAttention(c, cls):
     """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, n, head_dim);
-    optionally attention_weights(x, mask=None) -> (b, n, n)."""
+    attention_weights(x, mask=None) -> (b, n, n); gradients reach x and the three layers."""
     g = torch.Generator().manual_seed(2)
     for dim, head_dim, batch, n in ((10, 6, 2, 7), (4, 9, 3, 1), (16, 8, 1, 5)):
         reference = ref.SelfAttention(dim, head_dim).eval()
@@ -90,10 +116,15 @@ def SelfAttention(c, cls):
                  lambda: attention(q, k, v, scale=1 / math.sqrt(dim))[0]),
                 ("this is attention on x itself: project x with self.q, self.k and self.v first",
                  lambda: attention(x, x, x)[0])] + _roles(q, k, v))
+            c.phase("mask")
             mask = random_mask((n, n), g)
             masked_out, masked_weights = ref.scaled_dot_product_attention(q, k, v, mask)
             got = c.call(model, x, mask=mask, label=label)
             c.close(got, masked_out, "output with a mask", [(NOT_PASSED, lambda: expected)] + attention_hints(
-                q, k, v, mask))
+                q, k, v, mask) + _roles(q, k, v, mask))
+            c.phase("attention_weights")
             check_attention_weights(c, model, x, weights, label, mask, masked_weights,
-                                    [((batch, n, head_dim), "this is the output: return the (b, n, n) weights")])
+                                    [((batch, n, head_dim), "this is the output: return the (b, n, n) weights")],
+                                    required="attention_weights(x, mask=None) returning the (b, n, n) weights")
+        gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label),
+                      lambda t: reference(t["x"]), dict(x=x), model, reference)

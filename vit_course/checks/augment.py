@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from .common import TorchCalls
 from .core import check
 
 
@@ -58,10 +59,39 @@ def _candidates_reflect(images, padding):
     return torch.stack([crops, crops.flip(-1)])
 
 
+def _randomness(c, found, b, padding, flip):
+    """One coin per sample (when flip), and offsets uniform over 0..2p, drawn per sample and per axis."""
+    flipped, dy, dx = found.unbind(1)
+    c.phase("flip")
+    rate = flipped.float().mean().item()
+    if not flip:
+        c.ok(rate == 0, f"with flip=False {rate:.0%} of the samples were flipped", "only flip when flip=True")
+    else:
+        c.ok(0.35 < rate < 0.65, f"{rate:.0%} of the samples were flipped, expected about half",
+             "no sample (or every sample) was flipped: draw one coin per sample with probability 1/2, not one "
+             "for the whole batch" if rate in (0, 1) else None)
+    if not padding:
+        return
+    c.phase("offsets")
+    for name, offsets in (("vertical", dy), ("horizontal", dx)):
+        low, high = offsets.min().item(), offsets.max().item()
+        shift = f"{name} shifts go from {low - padding} to {high - padding}"
+        c.ok(len(offsets.unique()) > 1, f"all {b} samples got the same {name} shift",
+             "draw an offset for each sample, not one for the whole batch: torch.randint(0, 2 * padding + "
+             "1, (batch,))")
+        c.ok(low == 0 and high == 2 * padding, f"{shift}, expected -{padding} to {padding}",
+             "torch.randint's upper bound is exclusive: torch.randint(0, 2 * padding + 1, ...)"
+             if high == 2 * padding - 1 or low == 1 else None)
+    c.ok(not torch.equal(dy, dx), "every sample got the same vertical and horizontal shift",
+         "draw the two offsets separately: one torch.randint for dy, another for dx")
+
+
 @check("random_crop_flip")
 def random_crop_flip(c, fn):
     """random_crop_flip(images, padding=4, flip=True, generator=None): a random crop of the zero-padded
-    image per sample, flipped left-right with probability 1/2; same shape and dtype."""
+    image per sample (offsets uniform in 0..2p, drawn per sample and axis), flipped left-right with probability 1/2
+    (one coin per sample); same shape and dtype; no Python loop over samples; the generator repeats it;
+    ValueErrors for images that are not 4-D and a negative padding."""
     g = torch.Generator().manual_seed(22)
     b = 400
     cases = ((torch.randn(b, 2, 6, 7, generator=g) + 10, 2, True),
@@ -70,7 +100,9 @@ def random_crop_flip(c, fn):
              (torch.randn(b, 2, 4, 4, generator=g) + 10, 0, True))
     for images, padding, flip in cases:
         kwargs = {} if flip else {"flip": False}
-        out = c.call(fn, images, padding, **kwargs)
+        c.phase("output")
+        with TorchCalls() as calls:
+            out = c.call(fn, images, padding, **kwargs)
         what = f"output for images {tuple(images.shape)} {images.dtype}, padding={padding}, flip={flip}"
         c.tensor(out, what, images.shape, images.dtype)
         found = _match(out, images, padding)
@@ -82,26 +114,12 @@ def random_crop_flip(c, fn):
             c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
                    f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})", hint)
         c.tests += 1
-        flipped, dy, dx = found.unbind(1)
-        rate = flipped.float().mean().item()
-        if not flip:
-            c.ok(rate == 0, f"with flip=False {rate:.0%} of the samples were flipped", "only flip when flip=True")
-        else:
-            c.ok(0.35 < rate < 0.65, f"{rate:.0%} of the samples were flipped, expected about half",
-                 "no sample (or every sample) was flipped: draw one coin per sample with probability 1/2, not one "
-                 "for the whole batch" if rate in (0, 1) else None)
-        if padding:
-            for name, offsets in (("vertical", dy), ("horizontal", dx)):
-                low, high = offsets.min().item(), offsets.max().item()
-                shift = f"{name} shifts go from {low - padding} to {high - padding}"
-                c.ok(len(offsets.unique()) > 1, f"all {b} samples got the same {name} shift",
-                     "draw an offset for each sample, not one for the whole batch: torch.randint(0, 2 * padding + "
-                     "1, (batch,))")
-                c.ok(low == 0 and high == 2 * padding, f"{shift}, expected -{padding} to {padding}",
-                     "torch.randint's upper bound is exclusive: torch.randint(0, 2 * padding + 1, ...)"
-                     if high == 2 * padding - 1 or low == 1 else None)
-            c.ok(not torch.equal(dy, dx), "every sample got the same vertical and horizontal shift",
-                 "draw the two offsets separately: one torch.randint for dy, another for dx")
+        c.phase("loop")
+        c.ok(calls.count < b // 4, f"your code called torch {calls.count} times for {b} images",
+             "a Python loop over the samples: work on the whole batch at once (a batch of offsets and coins, "
+             "index tensors built by broadcasting, one gather)")
+        _randomness(c, found, b, padding, flip)
+    c.phase("generator")
     images = torch.randn(64, 3, 5, 5, generator=g) + 10
     first = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
     second = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
@@ -109,5 +127,5 @@ def random_crop_flip(c, fn):
          "draw every random number from `generator` (torch.randint(..., generator=generator)), so a seed "
          "repeats the augmentation")
     c.raises(fn, torch.randn(3, 5, 5, generator=g), 2, why="images of shape (3, 5, 5) have no batch axis",
-             hint="check images.ndim == 4 first and raise a ValueError naming the shape")
+             hint="check images.ndim == 4 first and raise a ValueError naming the shape", rule="error")
     c.raises(fn, images, -1, why="padding=-1 is negative", hint="raise a ValueError when padding < 0")

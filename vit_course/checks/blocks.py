@@ -9,6 +9,7 @@ from torch import nn
 from .. import blocks as ref
 from .common import check_dropout, only_biases, randomize_norms
 from .core import check
+from .gradients import CUT, cut_hint, gradient_flow, same_gradient
 from .messages import describe
 
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
@@ -18,7 +19,8 @@ MLP_TRAIN = "drop seems ignored: apply self.drop1 after the activation and self.
 
 @check("MLP")
 def MLP(c, cls):
-    """MLP(dim, hidden_dim, drop=0.): fc1 -> exact GELU -> fc2, on any leading shape."""
+    """MLP(dim, hidden_dim, drop=0.): fc1 -> exact GELU -> dropout -> fc2 -> dropout, on any leading shape;
+    gradients reach x, fc1 and fc2."""
     g = torch.Generator().manual_seed(6)
     for dim, hidden, shape in ((6, 24, (2, 5)), (5, 3, (7,)), (8, 32, (2, 3, 4))):
         reference = ref.MLP(dim, hidden).eval()
@@ -37,6 +39,9 @@ def MLP(c, cls):
                 ("the activation is applied after fc2 as well (or only there): it goes between fc1 and fc2",
                  lambda: F.gelu(fc2(F.gelu(fc1(x))))),
             ], atol=1e-5)
+        gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
+                      lambda t: reference(t["x"]), dict(x=x), model, reference)
+    c.phase("dropout")
     reference = ref.MLP(8, 16, drop=0.5).eval()
     model = c.load(c.build(cls, 8, 16, drop=0.5), reference)
     x = torch.randn(4, 3, 8, generator=g)
@@ -46,9 +51,11 @@ def MLP(c, cls):
 
 @check("LayerNorm")
 def LayerNorm(c, cls):
-    """LayerNorm(dim, eps=1e-6): normalise each token over its features, biased variance, then weight and bias."""
+    """LayerNorm(dim, eps=1e-6): parameters weight (ones) and bias (zeros); normalise each token over its features,
+    biased variance, then weight and bias; gradients reach x, weight and bias."""
     g = torch.Generator().manual_seed(7)
     _layer_norm_parameters(c, cls)
+    c.phase("output")
     for dim, eps, shape in ((5, 1e-6, (2, 3)), (8, 0.1, (4,)), (3, 1e-6, (2, 2, 2))):
         reference = ref.LayerNorm(dim, eps=eps)
         randomize_norms(reference, g)
@@ -81,11 +88,14 @@ def LayerNorm(c, cls):
             got = c.call(model, constant, label=f"LayerNorm({dim}, eps={eps})")
         c.close(got, F.layer_norm(constant, (dim,), w, b, eps), "output for tokens whose features are all equal "
                 "(variance 0: eps keeps the division finite)")
+        gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"LayerNorm({dim}, eps={eps})"),
+                      lambda t: reference(t["x"]), dict(x=x), model, reference)
     _layer_norm_defaults(c, cls, g)
 
 
 def _layer_norm_parameters(c, cls):
     """A fresh LayerNorm(6) has learnable `weight` and `bias` (nn.Parameter, so they are trained and saved)."""
+    c.phase("parameters")
     model = c.build(cls, 6)
     for name, init in (("weight", "ones"), ("bias", "zeros")):
         tensor = getattr(model, name, None)
@@ -96,6 +106,7 @@ def _layer_norm_parameters(c, cls):
 
 def _layer_norm_defaults(c, cls, g):
     """A fresh LayerNorm(6) starts with weight ones and bias zeros, and its eps is 1e-6 by default."""
+    c.phase("parameters")
     model = c.build(cls, 6)
     for name, value in (("weight", 1.0), ("bias", 0.0)):
         tensor = getattr(model, name).detach()
@@ -103,6 +114,7 @@ def _layer_norm_defaults(c, cls, g):
              f"with `{name}` all {value:g}, shape (6,); got {describe(tensor)} with values from "
              f"{tensor.min().item():.3g} to {tensor.max().item():.3g}",
              f"torch.{'ones' if value else 'zeros'}(dim): a new norm only standardises")
+    c.phase("eps")
     x = torch.randn(3, 6, generator=g) * 1e-3  # variance about 1e-6: eps matters
     with torch.no_grad():
         got = c.call(model, x, label="LayerNorm(6)")
@@ -113,12 +125,14 @@ def _layer_norm_defaults(c, cls, g):
 
 @check("DropPath")
 def DropPath(c, cls):
-    """DropPath(p): in training, zero whole samples with probability p, scale the rest by 1/(1-p); eval: identity."""
+    """DropPath(p): ValueError unless 0 <= p < 1; eval mode or p = 0: identity; in training, zero whole samples of
+    any shape (b, ...) with probability p, scale the rest by 1/(1-p); gradients reach x."""
     g = torch.Generator().manual_seed(8)
     x = torch.randn(4000, 3, 5, generator=g) + 3  # no exact zeros
     for p in (0.0, 0.25, 0.6):
         module = c.build(cls, p)
         label = f"DropPath({p})"
+        c.phase("eval")
         with torch.no_grad():
             out = c.call(module, x, label=label + " in eval mode")
             c.tensor(out, "output in eval mode", x.shape, x.dtype)
@@ -131,28 +145,66 @@ def DropPath(c, cls):
         if p == 0.0:
             c.ok(torch.allclose(out, x), "with p=0 nothing should be dropped or scaled, even in training")
             continue
-        flat = (out / x).flatten(1)  # (b, values): 0 or 1/(1-p) for a correct sample
-        dropped = (flat == 0).all(1)
-        kept = ~dropped
-        mixed = ~dropped & (flat == 0).any(1)
-        c.ok(not mixed.any(), f"{int(mixed.sum())} samples were partly zeroed: DropPath drops a sample's whole "
-             "residual branch", "draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element "
-             "(that would be dropout)")
-        c.ok(0 < int(dropped.sum()) < len(x), f"with p={p} all {len(x)} samples were "
-             f"{'dropped' if dropped.all() else 'kept'} together", "draw one coin per sample, a mask of shape "
-             "(batch, 1, 1, ...), not one coin for the whole batch")
-        scale = flat[kept]
-        c.ok(not torch.allclose(scale, torch.ones_like(scale)), "the kept samples are not scaled",
-             f"divide the kept samples by (1 - p) = {1 - p:g}, so the expected output equals the input")
-        c.ok(not torch.allclose(scale, torch.full_like(scale, 1 - p)), "the kept samples are multiplied by (1 - p)",
-             f"divide by the keep probability (1 - p) = {1 - p:g}, don't multiply")
-        c.ok(torch.allclose(scale, torch.full_like(scale, 1 / (1 - p)), rtol=1e-5),
-             f"the kept samples should be scaled by 1 / (1 - p) = {1 / (1 - p):.4g}, got factors between "
-             f"{scale.min().item():.4g} and {scale.max().item():.4g}")
-        rate, sd = dropped.float().mean().item(), (p * (1 - p) / len(x)) ** 0.5
-        c.ok(abs(rate - p) < 5 * sd, f"with p={p} about {p:.0%} of the samples should be dropped, you dropped "
-             f"{rate:.1%}", "p is the probability to drop (bernoulli of 1 - p keeps)" if abs(rate - (1 - p)) < 5 * sd
-             else None)
+        c.phase("training")
+        _dropped_whole(c, out, x, p)
+        flat = torch.randn(3000, 7, generator=g) + 3  # (b, features): the mask must follow x's number of axes
+        module.train()
+        with torch.no_grad():
+            got = c.call(module, flat, label=label + " in training mode")
+        module.eval()
+        c.tensor(got, "output for x of shape (3000, 7) in training mode", flat.shape, flat.dtype, [
+            ((3000, 3000, 7), "the mask's shape is hard-coded for 3-D x: give it x.ndim axes, (b, 1, ..., 1), "
+                              "e.g. (x.shape[0],) + (1,) * (x.ndim - 1)")])
+        _dropped_whole(c, got, flat, p)
+        _drop_path_gradient(c, cls, module, p, g)
+    c.phase("error")
     for p in (1.0, -0.1):
         c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
                  hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")
+
+
+def _dropped_whole(c, out, x, p):
+    """Each sample of ``out`` is its sample of ``x`` dropped whole or scaled by 1/(1-p), about p of them dropped."""
+    flat = (out / x).flatten(1)  # (b, values): 0 or 1/(1-p) for a correct sample
+    dropped = (flat == 0).all(1)
+    kept = ~dropped
+    mixed = ~dropped & (flat == 0).any(1)
+    c.ok(not mixed.any(), f"{int(mixed.sum())} samples were partly zeroed: DropPath drops a sample's whole "
+         "residual branch", "draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element "
+         "(that would be dropout)")
+    c.ok(0 < int(dropped.sum()) < len(x), f"with p={p} all {len(x)} samples were "
+         f"{'dropped' if dropped.all() else 'kept'} together", "draw one coin per sample, a mask of shape "
+         "(batch, 1, 1, ...), not one coin for the whole batch")
+    scale = flat[kept]
+    c.ok(not torch.allclose(scale, torch.ones_like(scale)), "the kept samples are not scaled",
+         f"divide the kept samples by (1 - p) = {1 - p:g}, so the expected output equals the input")
+    c.ok(not torch.allclose(scale, torch.full_like(scale, 1 - p)), "the kept samples are multiplied by (1 - p)",
+         f"divide by the keep probability (1 - p) = {1 - p:g}, don't multiply")
+    c.ok(torch.allclose(scale, torch.full_like(scale, 1 / (1 - p)), rtol=1e-5),
+         f"the kept samples should be scaled by 1 / (1 - p) = {1 / (1 - p):.4g}, got factors between "
+         f"{scale.min().item():.4g} and {scale.max().item():.4g}")
+    rate, sd = dropped.float().mean().item(), (p * (1 - p) / len(x)) ** 0.5
+    c.ok(abs(rate - p) < 5 * sd, f"with p={p} about {p:.0%} of the samples should be dropped, you dropped "
+         f"{rate:.1%}", "p is the probability to drop (bernoulli of 1 - p keeps)" if abs(rate - (1 - p)) < 5 * sd
+         else None)
+
+
+def _drop_path_gradient(c, cls, module, p, g):
+    """In training mode the gradient reaching x is the output's own factor per sample: 0 or 1/(1-p)."""
+    before = c.rule
+    c.phase("gradient")
+    x = (torch.randn(64, 3, 4, generator=g) + 3).requires_grad_()
+    module.train()
+    try:
+        with torch.enable_grad():
+            out = c.tensor(c.call(module, x, label=f"DropPath({p}) in training mode"), "output in training mode",
+                           x.shape)
+            if not out.requires_grad:
+                c.fail(f"the output carries no gradient at all (it does not require grad): {CUT}", cut_hint(cls))
+            weight = torch.randn(x.shape, generator=g)
+            (out * weight).sum().backward()
+    finally:
+        module.eval()
+    same_gradient(c, "x", x.grad, weight * (out.detach() / x.detach()), cls)
+    c.tests += 1
+    c.rule = before

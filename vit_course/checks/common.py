@@ -6,6 +6,7 @@ import inspect
 import math
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 NO_SCALE = "this is the output without the 1/sqrt(d) scaling: divide the scores q k^T by sqrt(d), d = q's last size"
 BY_D = "the scores look divided by d instead of sqrt(d)"
@@ -25,6 +26,20 @@ NO_TRANSPOSE = ("your heads look reshaped without a transpose: `.view(b, h, n, d
                 "reshape to (b, n, h, d) first, then transpose tokens and heads")
 INTERLEAVED = ("your heads take every h-th feature: head i should own the i-th contiguous block of d features, "
                "the pattern 'b n (h d) -> b h n d'")
+
+
+class TorchCalls(TorchFunctionMode):
+    """Inside it, counts the torch functions and tensor methods called (a loop over samples calls them per sample)
+    and keeps their names (``names``): what learner code used, whatever it imported."""
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.names = 0, set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        self.names.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
 
 
 def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scale=None):
@@ -120,10 +135,14 @@ def check_dropout(c, model, x, expected, what, eval_hint, train_hint, label, ato
              "same output: the dropout is off", train_hint)
 
 
-def check_attention_weights(c, model, x, weights, label, mask=None, masked=None, shape_hints=()):
-    """The optional ``attention_weights(x, mask=None)`` method: the reference's weights, no dropout."""
+def check_attention_weights(c, model, x, weights, label, mask=None, masked=None, shape_hints=(), required=None):
+    """The ``attention_weights(x, mask=None)`` method: the reference's weights, no dropout. ``required``: what the
+    statement asks for (the check fails without the method); None: optional."""
     method = getattr(model, "attention_weights", None)
     if not callable(method):
+        if required:
+            c.fail(f"{type(model).__name__} has no method attention_weights", f"write {required}, as the exercise "
+                   "asks: the chapters after this one draw the weights with it")
         return
     got = c.call(method, x, label=f"{label}.attention_weights")
     c.close(got, weights, "weights from attention_weights", shape_hints=shape_hints)

@@ -11,13 +11,16 @@ import math
 import numbers
 
 import torch
-from torch import nn
 
-from .messages import ERROR_HINTS, argument_names, changed, describe, snapshot, where
+from .messages import argument_names, changed, describe, error_hint, mentions, snapshot, where
+from .modules import ModuleChecks
 
 
 class CheckFailed(AssertionError):
-    """An exercise check found a problem; the message says what was tried, expected, and the likely cause."""
+    """An exercise check found a problem; the message says what was tried, expected, and the likely cause.
+    ``rule``: the key of the exercise's rule it broke (None for an exercise not done yet)."""
+
+    rule = None
 
     def _render_traceback_(self):
         # IPython (Jupyter, nbclient, nbval) calls this instead of printing a traceback: the learner
@@ -31,19 +34,36 @@ def is_stub(error):
     return not error.args or (isinstance(error.args[0], str) and (not error.args[0] or error.args[0].isidentifier()))
 
 
-class Checker:
-    """The state of one check run: its name, the tests passed so far and the call being tested."""
+class Checker(ModuleChecks):
+    """The state of one check run: its name, the tests passed so far, the call being tested and the rule of the
+    exercise being tested (``phase``), which a failure carries as ``CheckFailed.rule``."""
 
     def __init__(self, name):
-        self.name, self.tests, self.tried = name, 0, None
+        self.name, self.tried, self.rule, self.rules_seen, self._tests = name, None, "output", set(), 0
 
-    def fail(self, message, hint=None):
+    @property
+    def tests(self):
+        """How many tests passed; each one counts for the rule being tested (``rules_seen``)."""
+        return self._tests
+
+    @tests.setter
+    def tests(self, count):
+        self._tests = count
+        self.rules_seen.add(self.rule)
+
+    def phase(self, rule):
+        """From here on the checks test the exercise's rule ``rule`` (a key of its list of rules)."""
+        self.rule = rule
+        return self
+
+    def fail(self, message, hint=None, rule=None):
         text = f"{self.name}: {message}"
         if self.tried and "\n  tried:" not in text:
             text += f"\n  tried: {self.tried}"
         if hint:
             text += f"\n  likely cause: {hint}"
         error = CheckFailed(text)
+        error.rule = rule or self.rule
         error.__suppress_context__ = True  # no "during handling of ..." noise
         raise error
 
@@ -59,38 +79,46 @@ class Checker:
         shown = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
         self.tried = f"{name}({', '.join(shown)})"
 
-    def _raised(self, error):
+    def _raised(self, error, hints=()):
         """Turn an exception of learner code into CheckFailed: a stub is "not done yet", the rest says where."""
         if isinstance(error, NotImplementedError) and is_stub(error):
             raise not_done(self.name, error) from None
         message = f"your code raised {type(error).__name__}: {error}".rstrip(": ")
-        hint = next((h for text, h in ERROR_HINTS if text in str(error)), None)
-        self.fail(message + where(error), hint)
+        self.fail(message + where(error), error_hint(error, hints))
 
-    def call(self, fn, *args, label=None, **kwargs):
-        """Run learner code; exceptions, NotImplementedError and in-place changes become CheckFailed."""
+    def call(self, fn, *args, label=None, errors=(), **kwargs):
+        """Run learner code; exceptions, NotImplementedError and in-place changes become CheckFailed.
+
+        ``errors``: (text in the error message, likely cause) pairs for what this call's mistakes raise."""
         self._try(fn, args, kwargs, label)
         names = argument_names(fn, args, kwargs)
         values = list(args) + list(kwargs.values())
         before = [snapshot(v) for v in values]
+        if any(b is not None for b in before):
+            self.rules_seen.add("inputs")
         try:
             out = fn(*args, **kwargs)
         except CheckFailed:
             raise
         except Exception as error:
-            self._raised(error)
+            self._raised(error, errors)
         for arg, old, new in zip(names, before, values, strict=False):
             if changed(old, new):
                 self.fail(f"your code changed its input `{arg}` in place; it must leave its inputs as they were",
                           "an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`)"
-                          ": use the out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
+                          ": use the out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy", "inputs")
         return out
 
-    def raises(self, fn, *args, why, hint=None, label=None, names=(), **kwargs):
+    def raises(self, fn, *args, why, hint=None, label=None, names=(), shapes=(), rule=None, **kwargs):
         """Fail unless learner code raises a ValueError for input the exercise says to reject.
 
-        ``why``: what is wrong with the input; ``names``: values the error message should mention.
+        ``why``: what is wrong with the input; ``rule``: the exercise's rule that says so. Only where the
+        statement asks the message to name values: ``names``, values it must contain, and ``shapes``, shapes it
+        must name in any usual spelling ((1, 6, 6), [1, 6, 6], torch.Size([1, 6, 6]), 1x6x6); an entry of
+        ``shapes`` may be a list of alternatives.
         """
+        if rule:
+            self.phase(rule)
         self._try(fn, args, kwargs, label)
         try:
             out = fn(*args, **kwargs)
@@ -99,51 +127,19 @@ class Checker:
                 raise not_done(self.name, error) from None
             self.fail(f"{why}: expected a ValueError, your code raised NotImplementedError: {error}", hint)
         except ValueError as error:
-            missing = [str(v) for v in names if str(v) not in str(error)]
-            self.ok(not missing, f"{why}: your ValueError says {str(error)!r}, which does not name "
+            text = str(error)
+            missing = [str(v) for v in names if str(v) not in text] + [
+                " or ".join(str(tuple(s)) for s in alternatives) for alternatives in
+                ([s] if isinstance(s, tuple) else s for s in shapes)
+                if not any(mentions(text, s) for s in alternatives)]
+            self.ok(not missing, f"{why}: your ValueError says {text!r}, which does not name "
                     f"{' and '.join(missing)}", "put the values involved in the message, e.g. with an f-string")
             return
         except Exception as error:
             first = str(error).strip().split("\n")[0]
             self.fail(f"{why}: expected a ValueError, your code raised {type(error).__name__}: {first}"
-                      + where(error), hint)
+                      + where(error), hint or error_hint(error))
         self.fail(f"{why}: expected a ValueError, your code returned {describe(out)} without an error", hint)
-
-    def build(self, cls, *args, **kwargs):
-        """Instantiate the learner's class with the contract's constructor, in eval mode."""
-        if not isinstance(cls, type):
-            self.fail(f"expected your class {self.name} itself (not an instance or a function), got {describe(cls)}")
-        module = self.call(cls, *args, **kwargs)
-        if not isinstance(module, nn.Module):
-            self.fail(f"{cls.__name__}(...) should be an nn.Module", "subclass nn.Module: `class X(nn.Module):`")
-        return module.eval()
-
-    def load(self, module, reference, hints=()):
-        """Copy the reference's weights into the learner's module; names must be the contract's (timm's).
-
-        A Conv2d patch projection (D, C, P, P) is accepted in place of the Linear one (D, P*P*C).
-        ``hints``: (key, hint) pairs explaining a missing or extra name; the key is a substring of a
-        parameter name, or a function(missing, extra) -> bool.
-        """
-        state, theirs = reference.state_dict(), module.state_dict()
-        missing, extra = [k for k in state if k not in theirs], [k for k in theirs if k not in state]
-        if missing or extra:
-            hint = next((h for key, h in hints if (key(missing, extra) if callable(key) else
-                                                   any(key in k for k in missing + extra))), None)
-            self.fail(f"the parameter names differ from the course's (timm's) names: "
-                      f"missing {missing[:6]}, unexpected {extra[:6]}", hint or
-                      "name the layers as the exercise does, so weights can be copied in and compared")
-        for key, value in state.items():
-            shape = tuple(theirs[key].shape)
-            if shape == tuple(value.shape):
-                continue
-            if len(shape) == 4 and value.ndim == 2 and shape[0] == value.shape[0] and math.prod(shape) == value.numel():
-                state[key] = value.reshape(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)  # (D, C, P, P)
-                continue
-            self.fail(f"parameter `{key}` has shape {shape}, expected {tuple(value.shape)}")
-        module.load_state_dict(state)
-        self.tests += 1
-        return module
 
     def tensor(self, x, what, shape=None, dtype=None, shape_hints=()):
         """Fail unless x is a finite tensor of the given shape and dtype. shape_hints: (shape, hint) pairs."""
@@ -229,6 +225,8 @@ def check(name):
                 raise not_done(name, error) from None
             except Exception as error:  # learner output the check could not even inspect
                 checker.fail(f"could not check your output: {type(error).__name__}: {error}{where(error)}")
+            finally:
+                run.rules_seen = checker.rules_seen  # the rules this run tested (the checks' own tests read them)
             print(f"✔ {name}: passed {checker.tests} tests")
         run.__doc__ = f"Check your ``{name}``. " + (body.__doc__ or "")
         return run

@@ -88,10 +88,11 @@ def count_parameters(c, fn):
     """count_parameters(**config) == the trainable parameters of ViT(**config), by formula, as an int."""
     for cfg in CONFIGS + OPTIONS:
         expected = ref.count_parameters(**cfg)
+        c.phase("output")
         raw = c.call(fn, **cfg)
         got = c.number(raw, "the count")
-        if got != expected:
-            c.fail(f"counted {got:,.0f} parameters, expected {expected:,} ({expected - got:+,.0f})",
-                   _hint(cfg, expected, got))
+        c.ok(got == expected, f"counted {got:,.0f} parameters, expected {expected:,} ({expected - got:+,.0f})",
+             _hint(cfg, expected, got))
+        c.phase("int")
         c.ok(isinstance(raw, numbers.Integral), f"the count should be an int, got {type(raw).__name__} {raw!r}",
              "use // to count the patches (or int(...)): / always gives a float")

@@ -5,8 +5,9 @@
 import torch
 
 from .. import blocks as ref
-from .common import accepts, random_mask, randomize_norms
+from .common import random_mask, randomize_norms
 from .core import check
+from .gradients import gradient_flow
 
 OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_values=0.1)
 SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
@@ -52,7 +53,8 @@ def _block_variants(m, x, mask=None):
 @check("EncoderBlock")
 def EncoderBlock(c, cls):
     """EncoderBlock(dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
-    init_values=None): pre-norm, x = x + drop_path1(ls1(attn(norm1(x)))); x = x + drop_path2(ls2(mlp(norm2(x))))."""
+    init_values=None): pre-norm, x = x + drop_path1(ls1(attn(norm1(x)))); x = x + drop_path2(ls2(mlp(norm2(x))));
+    the mask reaches the attention; gradients reach x and every parameter."""
     g = torch.Generator().manual_seed(9)
     for dim, heads, ratio, batch, n in ((12, 3, 2.0, 2, 7), (8, 2, 4.0, 1, 5), (6, 1, 1.5, 3, 4)):
         reference = randomize_norms(ref.EncoderBlock(dim, heads, ratio).eval(), g)
@@ -65,18 +67,22 @@ def EncoderBlock(c, cls):
         label = f"EncoderBlock({dim}, {heads}, {ratio})"
         with torch.no_grad():
             c.close(c.call(model, x, label=label), reference(x), "output", _block_variants(reference, x), atol=1e-4)
-            if accepts(model.forward, "mask"):
-                mask = random_mask((n, n), g)
-                c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                        _block_variants(reference, x, mask) + [
-                            ("the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
-                             lambda: reference(x))], atol=1e-4)
+            c.phase("mask")
+            mask = random_mask((n, n), g)
+            c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
+                    _block_variants(reference, x, mask) + [
+                        ("the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
+                         lambda: reference(x))], atol=1e-4)
+            c.phase("output")
+        gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
+                      dict(x=x), model, reference)
     _options(c, cls, g)
     _drop_path(c, cls, g)
 
 
 def _options(c, cls, g):
     """Every option at once, in eval mode: qkv_bias off, LayerScale on, dropout and drop path off (eval)."""
+    c.phase("options")
     reference = randomize_norms(ref.EncoderBlock(8, 2, 2.0, **OPTIONS).eval(), g)
     with torch.no_grad():  # distinct LayerScales, so a missing or swapped one shows
         reference.ls1.gamma.uniform_(0.5, 1.5, generator=g)
@@ -85,7 +91,8 @@ def _options(c, cls, g):
     c.load(model, reference, [
         ("qkv.bias", "qkv_bias=False seems ignored: pass it on, MultiHeadAttention(dim, num_heads, "
                      "qkv_bias=qkv_bias, ...)"),
-        ("ls", "with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity()")])
+        ("ls", "with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity()")],
+        rule="options")
     x = torch.randn(3, 5, 8, generator=g)
     label = f"EncoderBlock(8, 2, 2.0, {SHOWN})"
     attn, mlp = (lambda y: reference.attn(reference.norm1(y))), (lambda y: reference.mlp(reference.norm2(y)))
@@ -109,6 +116,7 @@ def _options(c, cls, g):
 
 def _drop_path(c, cls, g):
     """drop_path=0.5 while training: each sample keeps or drops each residual branch whole (kept ones x 2)."""
+    c.phase("drop_path")
     reference = randomize_norms(ref.EncoderBlock(8, 2, 2.0, drop_path=0.5).eval(), g)
     model = c.load(c.build(cls, 8, 2, 2.0, drop_path=0.5), reference)
     x = torch.randn(64, 3, 8, generator=g)

@@ -3,6 +3,7 @@ the line of learner code that raised, and the hints for errors PyTorch raises in
 
 import inspect
 import os
+import re
 import traceback
 import types
 
@@ -21,9 +22,24 @@ ERROR_HINTS = (  # (text in the error message, likely cause)
     ("does not require grad and does not have a grad_fn",
      "the loss has no graph: compute it from the model's output, outside torch.no_grad(), and call "
      "backward() before .item()"),
+    ("Can't call numpy() on Tensor that requires grad",
+     "a detour through numpy: numpy has no gradients, so nothing before it would ever learn; stay with torch "
+     "operations (every numpy function you need has a torch twin)"),
+    ("bad operand type for unary ~: 'NoneType'",
+     "the mask is optional: apply it only `if mask is not None`"),
+    ("cannot unpack non-iterable int object",
+     "a size given as one int (a square) was unpacked as a pair: turn it into a pair first, "
+     "`to_pair(size)` gives (size, size) for an int and leaves a pair alone"),
+    ("not supported between instances of 'tuple' and 'int'",
+     "a pair where one int is expected: patch_size is a single int P (patches are square)"),
+)
+LINE_HINTS = (  # (regex on the learner's line that raised, likely cause): checked before ERROR_HINTS
+    (r"\.T\b", "`.T` reverses all the axes of a tensor with more than two: to swap the last two axes of a batch "
+               "of matrices use `k.transpose(-2, -1)` (or `k.mT`)"),
 )
 SHORT = 40  # characters of a plain repr before it is cut
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_COURSE = os.path.dirname(_HERE)  # vit_course/: the course's own code, never the learner's
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
 
@@ -115,11 +131,38 @@ def argument_names(fn, args, kwargs):
         return [f"argument {i + 1}" for i in range(len(args))] + list(kwargs)
 
 
+def _learner(frame):
+    """True for a frame of learner code: not torch, not an installed package, not the course's own vit_course."""
+    return not frame.filename.startswith((_COURSE, _TORCH)) and "site-packages" not in frame.filename
+
+
 def where(error):
-    """'\n  at line N: code' for the innermost frame of learner code (not torch, not the checks), or ''."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith((_HERE, _TORCH)) and "site-packages" not in f.filename]
-    if not frames:
+    """'\n  at line N of your code: code' for the innermost frame of learner code, saying so when the error came
+    from inside the course's own functions that this line called; or ''."""
+    stack = traceback.extract_tb(error.__traceback__)
+    mine = [i for i, f in enumerate(stack) if _learner(f)]
+    if not mine:
         return ""
-    frame = frames[-1]
-    return f"\n  at line {frame.lineno}: {frame.line.strip()}" if frame.line else f"\n  at line {frame.lineno}"
+    frame = stack[mine[-1]]
+    text = f"\n  at line {frame.lineno} of your code" + (f": {frame.line.strip()}" if frame.line else "")
+    course = [f for f in stack[mine[-1] + 1:] if f.filename.startswith(_COURSE) and not f.filename.startswith(_HERE)]
+    if course:
+        text += f"\n  (the error comes from the course's `{course[-1].name}`, called there with your values)"
+    return text
+
+
+def error_hint(error, hints=()):
+    """The likely cause of an exception raised in learner code: the hints keyed on the line that raised first, then
+    ``hints`` ((text, hint) pairs for this call), then the generic ones; or None."""
+    message = str(error)
+    mine = [f for f in traceback.extract_tb(error.__traceback__) if _learner(f)]
+    line = (mine[-1].line or "").split("#")[0] if mine else ""
+    return next((h for pattern, h in LINE_HINTS if re.search(pattern, line)), None) or next(
+        (h for text, h in list(hints) + list(ERROR_HINTS) if text in message), None)
+
+
+def mentions(text, shape):
+    """True if ``text`` names ``shape`` in any usual spelling: (1, 6, 6), [1, 6, 6], torch.Size([1, 6, 6]), 1x6x6."""
+    numbers = [str(int(n)) for n in shape]
+    pattern = r"(?<![\d.])(?<!\d,)(?<!\d, )" + r"\s*[,x×]\s*".join(numbers) + r"(?![\d.])(?!\s*[,x×]\s*\d)"
+    return bool(re.search(pattern, text))

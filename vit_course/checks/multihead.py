@@ -1,9 +1,12 @@
 """Check for chapter 02's module: MultiHeadAttention (heads, dropout in and out of training, bad input)."""
 
+# ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
+
 import math
 
 import torch
 from einops import rearrange
+from torch import nn
 
 from .. import attention as ref
 from .common import (
@@ -12,13 +15,13 @@ from .common import (
     NO_SCALE,
     NO_TRANSPOSE,
     WRONG_AXIS,
-    accepts,
     attention,
     check_attention_weights,
     check_dropout,
     random_mask,
 )
 from .core import check
+from .gradients import gradient_flow
 
 ORDER = ("the qkv output is split in the wrong order: it is laid out [q | k | v], each then split into heads, "
          "the pattern 'b n (three h d)'")
@@ -73,32 +76,71 @@ def _hints(m, x, mask=None):
 
 @check("MultiHeadAttention")
 def MultiHeadAttention(c, cls):
-    """MultiHeadAttention(dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0): fused qkv Linear, heads
-    split (three h d), output proj, dropout only while training, ValueError for bad sizes; optionally
-    attention_weights(x, mask=None) -> (b, h, n, n)."""
+    """MultiHeadAttention(dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0): timm's names and
+    attributes, split_qkv with the (three h d) layout, forward through the fused kernel, attention_weights
+    (b, h, n, n), dropout only while training, gradients reaching x and every layer, ValueErrors for bad sizes."""
     g = torch.Generator().manual_seed(5)
     for dim, heads, batch, n in ((12, 3, 2, 7), (8, 1, 1, 4), (20, 5, 3, 9)):
         reference = ref.MultiHeadAttention(dim, heads).eval()
         model = c.build(cls, dim, heads)
+        label = f"MultiHeadAttention({dim}, {heads})"
         c.load(model, reference, [("qkv", "one fused Linear `qkv` (dim -> 3 * dim, with bias) makes q, k and v"),
                                   ("proj", "the output Linear is called `proj` (dim -> dim)")])
+        _attributes(c, model, label, dim, heads)
         x = torch.randn(batch, n, dim, generator=g)
-        label = f"MultiHeadAttention({dim}, {heads})"
         mask = random_mask((n, n), g)
         with torch.no_grad():
+            _split_qkv(c, model, reference, x, label)
+            c.phase("output")
             c.close(c.call(model, x, label=label), reference(x), "output", _hints(reference, x))
-            if accepts(model.forward, "mask"):
-                c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                        _hints(reference, x, mask))
+            c.phase("mask")
+            c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
+                    _hints(reference, x, mask))
+            c.phase("attention_weights")
             check_attention_weights(c, model, x, reference_attention(reference, x)[1], label, mask,
                                     reference_attention(reference, x, mask)[1],
-                                    [((batch, n, n), "one (n, n) map per head: the weights are (b, h, n, n)")])
+                                    [((batch, n, n), "one (n, n) map per head: the weights are (b, h, n, n)")],
+                                    required="attention_weights(x, mask=None) returning the (b, h, n, n) weights")
+        gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
+                      dict(x=x), model, reference)
     _dropout(c, cls, g)
     _bad_input(c, cls, g)
 
 
+def _attributes(c, model, label, dim, heads):
+    """The attributes the statement asks __init__ to store."""
+    c.attributes(model, label, [
+        ("dim", dim, None), ("num_heads", heads, None),
+        ("head_dim", dim // heads, "self.head_dim = dim // num_heads, the width of one head"),
+        ("attn_drop", nn.Dropout, "self.attn_drop = nn.Dropout(attn_drop): forward reads its probability"),
+        ("proj_drop", nn.Dropout, "self.proj_drop = nn.Dropout(proj_drop), applied after proj")])
+
+
+def _split_qkv(c, model, reference, x, label):
+    """split_qkv(x) -> q, k, v, each (b, h, n, d), the feature axis of qkv's output read as (three h d)."""
+    c.phase("split_qkv")
+    method = getattr(model, "split_qkv", None)
+    if not callable(method):
+        c.fail(f"{type(model).__name__} has no method split_qkv", "write split_qkv(x) -> q, k, v as the exercise "
+               "asks: forward and attention_weights both start with it")
+    got = c.call(method, x, label=f"{label}.split_qkv")
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        c.fail(f"split_qkv should return three tensors q, k, v, got {type(got).__name__}",
+               "`.unbind(0)` turns the (3, b, h, n, d) tensor into three")
+    b, n, dim = x.shape
+    h, d = reference.num_heads, reference.head_dim
+    qkv = reference.qkv(x)  # (b, n, 3 dim)
+    c.close(torch.stack([c.tensor(t, "q, k and v from split_qkv", (b, h, n, d)) for t in got]),
+            torch.stack(reference.split_qkv(x)), "q, k and v from split_qkv", [
+                (ORDER, lambda: rearrange(qkv, "b n (h three d) -> three b h n d", three=3, h=h)),
+                (ORDER, lambda: rearrange(qkv, "b n (h d three) -> three b h n d", three=3, h=h)),
+                (INTERLEAVED, lambda: rearrange(qkv, "b n (three d h) -> three b h n d", three=3, h=h)),
+                (NO_TRANSPOSE, lambda: qkv.reshape(b, n, 3, dim).permute(2, 0, 1, 3).reshape(3, b, h, n, d))])
+
+
 def _dropout(c, cls, g):
     """Built with attn_drop (or proj_drop) = 0.5: the reference's output in eval mode, random while training."""
+    c.phase("dropout")
     dim, heads = 12, 3
     x = torch.randn(2, 6, dim, generator=g)
     for key, eval_hint, train_hint in (("attn_drop", ATTN_EVAL, ATTN_TRAIN), ("proj_drop", PROJ_EVAL, PROJ_TRAIN)):
@@ -120,11 +162,13 @@ def _dropout(c, cls, g):
 
 def _bad_input(c, cls, g):
     c.raises(cls, 10, 3, why="dim=10 is not divisible by num_heads=3", label="MultiHeadAttention",
-             hint="in __init__, check `dim % num_heads` and raise a ValueError naming both")
+             hint="in __init__, check `dim % num_heads` and raise a ValueError", rule="error-dim")
     model = c.build(cls, 12, 3)
-    hint = "at the start of forward, check that x is (b, n, dim): x.ndim == 3 and x.shape[-1] == self.dim"
+    hint = ("at the start of split_qkv, check that x is (b, n, dim): x.ndim == 3 and x.shape[-1] == self.dim, and "
+            "raise a ValueError naming x's shape")
     with torch.no_grad():
-        c.raises(model, torch.randn(2, 5, 13, generator=g), why="tokens of width 13 (not dim=12)",
-                 label="MultiHeadAttention(12, 3)", hint=hint)
-        c.raises(model, torch.randn(5, 12, generator=g), why="tokens without a batch axis, (n, dim)",
-                 label="MultiHeadAttention(12, 3)", hint=hint)
+        for x, why in ((torch.randn(2, 5, 13, generator=g), "tokens of width 13 (not dim=12)"),
+                       (torch.randn(5, 12, generator=g), "tokens without a batch axis, (n, dim)")):
+            c.raises(model.split_qkv, x, why=why, label="MultiHeadAttention(12, 3).split_qkv", hint=hint,
+                     shapes=[tuple(x.shape)], rule="error-shape")
+            c.raises(model, x, why=why, label="MultiHeadAttention(12, 3)", hint=hint)

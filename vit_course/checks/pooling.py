@@ -6,11 +6,13 @@ import torch
 
 from .. import vit as ref
 from .core import check
+from .gradients import gradient_flow
 
 
 @check("pool_tokens")
 def pool_tokens(c, fn):
-    """pool_tokens(x (b, n, D), pool, num_prefix_tokens) -> (b, D): the class token, or the mean of the patch tokens."""
+    """pool_tokens(x (b, n, D), pool, num_prefix_tokens) -> (b, D): the class token, or the mean of the patch tokens;
+    gradients reach x; ValueErrors for pool='cls' without a class token and for any other pool."""
     g = torch.Generator().manual_seed(23)
     for b, n, d, prefix in ((2, 5, 3, 1), (3, 7, 4, 1), (2, 6, 5, 0), (1, 9, 2, 2)):
         x = torch.randn(b, n, d, generator=g)
@@ -29,8 +31,11 @@ def pool_tokens(c, fn):
             c.close(got, ref.pool_tokens(x, pool, prefix), f"pool_tokens(x, {pool!r}, {prefix})", mistakes,
                     shape_hints=[((b, n - prefix), "you averaged over the features: average over the tokens, dim=1"),
                                  ((b, 1, d), "drop the token axis: .mean(dim=1), not keepdim")])
+            if (b, n) == (2, 5):
+                gradient_flow(c, fn, lambda t: c.call(fn, t["x"], pool, prefix),
+                              lambda t: ref.pool_tokens(t["x"], pool, prefix), dict(x=x))
     x = torch.randn(2, 5, 3, generator=g)
     c.raises(fn, x, "cls", 0, why="pool='cls' with num_prefix_tokens=0: there is no class token to read",
-             hint="raise a ValueError when pool == 'cls' and num_prefix_tokens < 1")
+             hint="raise a ValueError when pool == 'cls' and num_prefix_tokens < 1", rule="error")
     c.raises(fn, x, "max", 1, why="pool='max' is neither 'cls' nor 'mean'",
              hint="end with `raise ValueError(...)` naming the pool you got")

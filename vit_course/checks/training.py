@@ -12,16 +12,18 @@ from .core import check
 
 
 class Probe(nn.Module):
-    """A tiny classifier that remembers the mode and grad setting of every forward pass."""
+    """A tiny classifier that remembers the mode and grad setting of every forward pass; ``dtype``: its logits'
+    (bfloat16 stands in for a model under mixed precision)."""
 
-    def __init__(self, in_features=12, classes=5):
+    def __init__(self, in_features=12, classes=5, dtype=torch.float32):
         super().__init__()
         self.fc = nn.Linear(in_features, classes)
         self.calls = []  # (training, grad enabled) per forward
+        self.dtype = dtype
 
     def forward(self, x):
         self.calls.append((self.training, torch.is_grad_enabled()))
-        return self.fc(x.flatten(1) if x.ndim > 2 else x) * 3  # (b, classes), confident enough to matter
+        return (self.fc(x.flatten(1) if x.ndim > 2 else x) * 3).to(self.dtype)  # (b, classes), confident enough
 
 
 def _batch(g, b, classes=5):
@@ -32,7 +34,11 @@ def _loss_hint(got, before, learner, images, labels, smoothing):
     """The mistake whose loss equals ``got``, or None."""
     with torch.no_grad():
         logits = before(images.flatten(1)) * 3
+        low = logits.to(learner.dtype)
         hints = [
+            ("the loss is computed on the model's low-precision logits: compute it in float32, "
+             "F.cross_entropy(logits.float(), labels, ...)",
+             F.cross_entropy(low, labels, label_smoothing=smoothing) if learner.dtype != torch.float32 else None),
             ("label_smoothing is ignored: pass it on, F.cross_entropy(..., label_smoothing=label_smoothing)",
              F.cross_entropy(logits, labels)),
             ("softmax is applied before cross_entropy: F.cross_entropy takes the raw logits",
@@ -43,42 +49,52 @@ def _loss_hint(got, before, learner, images, labels, smoothing):
              F.cross_entropy(logits, labels, reduction="sum", label_smoothing=smoothing)),
         ]
     learner.calls.pop()  # the diagnosis' own forward pass
-    return next((h for h, v in hints if math.isclose(got, float(v), rel_tol=1e-5)), None)
+    return next((h for h, v in hints if v is not None and math.isclose(got, float(v), rel_tol=1e-5)), None)
 
 
 @check("train_step")
 def train_step(c, fn):
-    """train_step(model, images, labels, optimizer, label_smoothing=0.0) -> loss (float): one full SGD step."""
+    """train_step(model, images, labels, optimizer, label_smoothing=0.0) -> loss (float): training mode, the
+    label-smoothed cross-entropy on float32 logits, then one full optimizer step."""
     g = torch.Generator().manual_seed(20)
-    for smoothing in (0.0, 0.1):
-        learner, twin = Probe(), Probe()  # twin: the same start, trained by the reference
+    for smoothing, dtype in ((0.0, torch.float32), (0.1, torch.float32), (0.1, torch.bfloat16)):
+        learner, twin = Probe(dtype=dtype), Probe(dtype=dtype)  # twin: the same start, trained by the reference
         twin.load_state_dict(learner.state_dict())
         learner.eval(), twin.eval()  # train_step must switch to training mode itself
         opt_l = torch.optim.SGD(learner.parameters(), lr=0.5, momentum=0.9)
         opt_r = torch.optim.SGD(twin.parameters(), lr=0.5, momentum=0.9)
         for step in range(3):
-            images, labels = _batch(g, 8)
-            before = copy.deepcopy(learner.fc)
-            kwargs = {"label_smoothing": smoothing} if smoothing else {}
-            got = c.number(c.call(fn, learner, images, labels, opt_l, **kwargs), "the returned loss")
-            expected = reference("train_step")(twin, images, labels, opt_r, smoothing)
-            if not learner.calls or not all(training for training, _ in learner.calls):
-                c.fail("the model ran in eval mode", "call model.train() at the start: dropout and DropPath "
-                       "only act in training mode (the model may come back from evaluate in eval mode)")
-            if not math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-6):
-                c.fail(f"step {step} (label_smoothing={smoothing}) returned loss {got:.6g}, expected {expected:.6g}",
-                       _loss_hint(got, before, learner, images, labels, smoothing))
-            c.tests += 1
-            if torch.equal(before.weight, learner.fc.weight):
-                c.fail(f"after step {step} the weights have not changed",
-                       "call loss.backward() and then optimizer.step(), with optimizer.zero_grad() before "
-                       "backward() (zero_grad() between backward() and step() throws the gradients away)")
-            if not torch.allclose(learner.fc.weight, twin.fc.weight, atol=1e-5, rtol=1e-4):
-                c.fail(f"after step {step} the weights differ from one correct SGD step",
-                       "the gradients accumulate from step to step: call optimizer.zero_grad() before "
-                       "loss.backward()" if step > 0 else "one zero_grad, one backward and one step per call")
-            c.tests += 1
-            learner.calls.clear()
+            _one_step(c, fn, learner, twin, opt_l, opt_r, smoothing, step, g)
+
+
+def _one_step(c, fn, learner, twin, opt_l, opt_r, smoothing, step, g):
+    images, labels = _batch(g, 8)
+    before = copy.deepcopy(learner.fc)
+    kwargs = {"label_smoothing": smoothing} if smoothing else {}
+    c.phase("loss")
+    got = c.number(c.call(fn, learner, images, labels, opt_l, **kwargs), "the returned loss")
+    expected = reference("train_step")(twin, images, labels, opt_r, smoothing)
+    c.phase("train-mode")
+    c.ok(learner.calls and all(training for training, _ in learner.calls), "the model ran in eval mode",
+         "call model.train() at the start: dropout and DropPath only act in training mode (the model may come back "
+         "from evaluate in eval mode)")
+    c.phase("float32" if learner.dtype != torch.float32 else "loss")
+    if not math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-6):
+        shown = f"label_smoothing={smoothing}" + (", bfloat16 logits" if learner.dtype != torch.float32 else "")
+        c.fail(f"step {step} ({shown}) returned loss {got:.6g}, expected {expected:.6g}",
+               _loss_hint(got, before, learner, images, labels, smoothing))
+    c.tests += 1
+    c.phase("step")
+    if torch.equal(before.weight, learner.fc.weight):
+        c.fail(f"after step {step} the weights have not changed",
+               "call loss.backward() and then optimizer.step(), with optimizer.zero_grad() before "
+               "backward() (zero_grad() between backward() and step() throws the gradients away)")
+    if not torch.allclose(learner.fc.weight, twin.fc.weight, atol=1e-5, rtol=1e-4):
+        c.fail(f"after step {step} the weights differ from one correct SGD step",
+               "the gradients accumulate from step to step: call optimizer.zero_grad() before "
+               "loss.backward()" if step > 0 else "one zero_grad, one backward and one step per call")
+    c.tests += 1
+    learner.calls.clear()
 
 
 def _evaluate_values(c, model, batches, sizes, loss, accuracy):
@@ -113,6 +129,7 @@ def evaluate(c, fn):
     g = torch.Generator().manual_seed(21)
     for sizes, training, one_pass in (((7, 5, 3), True, False), ((4,), True, False), ((6, 6, 1, 2), True, False),
                                       ((3, 5), False, False), ((2, 4, 3), True, True)):
+        c.phase("batches" if one_pass else "output")
         model = Probe().train(training)
         batches = [_batch(g, b) for b in sizes]
         result = c.call(fn, model, (b for b in batches) if one_pass else batches)
@@ -123,15 +140,19 @@ def evaluate(c, fn):
         calls, model.calls = model.calls, []
         c.ok(len(calls) == len(sizes), f"the model ran {len(calls)} times for {len(sizes)} batches",
              "one forward pass per batch")
+        c.phase("eval-mode")
         c.ok(not any(mode for mode, _ in calls), "the model ran in training mode",
              "call model.eval() first: dropout and DropPath must be off when measuring")
+        c.phase("no-grad")
         c.ok(not any(grad for _, grad in calls), "gradients were tracked during evaluation",
              "wrap the loop in `with torch.no_grad():` (or decorate evaluate with @torch.no_grad()): no graph, "
              "less memory, faster")
+        c.phase("batches" if one_pass else "output")
         _evaluate_values(c, model, batches, sizes, loss, accuracy)
         model.calls = []
+        c.phase("restore")
         modes = ("training" if training else "eval", "training" if after else "eval")
         c.ok(after == training, f"the model came in {modes[0]} mode and evaluate left it in {modes[1]} mode",
              RESTORE)
     c.raises(fn, Probe(), [], why="no batches at all", hint="count the samples, and raise a ValueError when "
-             "there were none (instead of dividing by 0)")
+             "there were none (instead of dividing by 0)", rule="error")

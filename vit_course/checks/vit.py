@@ -8,6 +8,7 @@ from torch import nn
 from .. import vit as ref
 from .common import randomize_norms
 from .core import check
+from .gradients import gradient_flow
 from .messages import describe
 
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
@@ -58,7 +59,22 @@ def _vit_variants(m, images):
     ]
 
 
-def _compare(c, cls, config, g, hints=()):
+def _embed_variants(m, images):
+    """(hint, thunk) pairs: the mistakes of embed(images), built from the reference's parts."""
+    if m.cls_token is None:
+        return [("the position embeddings are missing: add pos_embed to the patch tokens",
+                 lambda: m.patch_embed(images))]
+    tokens, cls = (lambda: m.patch_embed(images)), (lambda: m.cls_token.expand(len(images), -1, -1))
+    return [
+        ("the class token is appended: prepend it (token 0), add_class_token_and_position does",
+         lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed),
+        ("the position embeddings are missing: add pos_embed after prepending the class token",
+         lambda: torch.cat([cls(), tokens()], 1)),
+        ("the class token gets no position: prepend it first, then add all of pos_embed",
+         lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))]
+
+
+def _compare(c, cls, config, g, hints=(), gradients=False):
     """Build the learner's ViT(**config), copy a randomised reference's weights in, compare the logits."""
     reference = randomize_norms(ref.ViT(**config).eval(), g)
     with torch.no_grad():  # timm starts the class token at zero: make it matter
@@ -76,31 +92,48 @@ def _compare(c, cls, config, g, hints=()):
     batch = 3
     images = torch.randn(batch, config["in_channels"], config["image_size"], config["image_size"], generator=g)
     label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")"
+    before = c.rule
     with torch.no_grad():
+        c.phase("embed")
+        method = getattr(model, "embed", None)
+        if not callable(method):
+            c.fail("your ViT has no method embed", "write embed(images) -> (b, n, D) as the exercise asks")
+        c.close(c.call(method, images, label=f"{label}.embed"), reference.embed(images), "tokens from embed(images)",
+                _embed_variants(reference, images), shape_hints=[
+                    ((batch, reference.patch_embed.num_patches, config["dim"]), "the class token is missing: "
+                     "add_class_token_and_position(tokens, self.cls_token, self.pos_embed)")])
+        c.phase(before)
         got = c.call(model, images, label=label)
         c.close(got, reference(images), "logits", _vit_variants(reference, images), atol=1e-4,
                 shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
+    c.attributes(model, label, [("grid_size", reference.grid_size, "self.grid_size = self.patch_embed.grid_size")])
+    if gradients:
+        gradient_flow(c, cls, lambda _: c.call(model, images, label=label), lambda _: reference(images), {}, model,
+                      reference, what="the logits")
 
 
 @check("ViT")
 def ViT(c, cls):
     """ViT(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio, pool, pos_embed,
-    class_token, ..., drop_path) -> logits."""
+    class_token, ..., drop_path) -> logits: timm's names, grid_size, embed(images), the initial values, a sin-cos
+    buffer, pooling, drop-path rates rising with depth; gradients reach every parameter."""
     g = torch.Generator().manual_seed(15)
-    _compare(c, cls, SMALL, g)
+    _compare(c, cls, SMALL, g, gradients=True)
     _compare(c, cls, dict(SMALL, image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1,
                           num_heads=3, mlp_ratio=4.0), g)
     _initial_values(c, cls)
     _sincos(c, cls, g)
+    c.phase("pool")
     no_class_token = ("cls_token", "with pool='mean' and class_token=None there is no class token: "
                                    "self.cls_token = None (class_token defaults to pool == 'cls')")
-    _compare(c, cls, dict(SMALL, pool="mean"), g, [no_class_token])
+    _compare(c, cls, dict(SMALL, pool="mean"), g, [no_class_token], gradients=True)
     _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
     _drop_path_rates(c, cls)
 
 
 def _initial_values(c, cls):
     """A new model: the class token at zero, learned positions small random numbers (std 0.02)."""
+    c.phase("initial")
     model = c.build(cls, **SMALL)
     token, pos = model.cls_token.detach(), model.pos_embed.detach()
     c.ok(bool(torch.all(token == 0)), "a new model's cls_token should be zeros, got values from "
@@ -113,6 +146,7 @@ def _initial_values(c, cls):
 
 def _sincos(c, cls, g):
     """pos_embed="sincos": a buffer (not trained) holding a zero row for the class token, then the sin-cos table."""
+    c.phase("sincos")
     config = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1, num_heads=4,
                   mlp_ratio=2.0, pos_embed="sincos")
     reference = ref.ViT(**config)
@@ -136,6 +170,7 @@ def _sincos(c, cls, g):
 
 def _drop_path_rates(c, cls):
     """Stochastic depth rises linearly over the blocks: drop_path * i / max(depth - 1, 1)."""
+    c.phase("drop_path")
     depth, top = 4, 0.3
     model = c.build(cls, **dict(SMALL, depth=depth, drop_path=top))
     got = [round(max((float(getattr(m, "p", getattr(m, "drop_prob", 0.0)) or 0.0) for name, m in

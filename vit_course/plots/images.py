@@ -71,18 +71,22 @@ def plot_patch_grid(image, patch_size, per_row=16, title=None):
     n = gh * gw
     pixels = to_pixels(image)  # (C, H, W)
     rows = math.ceil(n / per_row)
-    fig = plt.figure(figsize=(9, 4.2), layout="constrained")
-    left, right = fig.subfigures(1, 2, width_ratios=[1, 1.6])
+    fig = plt.figure(figsize=(10, 4.6), layout="constrained")
+    left, right = fig.subfigures(1, 2, width_ratios=[1.15, 1.6])
     ax = left.subplots()
-    show_image(ax, pixels, title or f"P = {patch_size}: {gh} x {gw} = {n} patches")
+    show_image(ax, pixels)
+    ax.set_title(title or f"P = {patch_size}: {gh} x {gw} = {n} patches", fontsize=10)
     for x in range(0, width + 1, patch_size):
         ax.axvline(x - 0.5, color="white", lw=0.8)
     for y in range(0, height + 1, patch_size):
         ax.axhline(y - 0.5, color="white", lw=0.8)
-    if n <= 64:
+    if n <= 64:  # numbered in reading order, centred in each patch, legible on any background
+        size = 10 if max(gh, gw) <= 4 else 8
         for i in range(n):
             r, c = divmod(i, gw)
-            ax.text(c * patch_size + 1, r * patch_size + 1, str(i), color="yellow", fontsize=6, va="top")
+            ax.text((c + 0.5) * patch_size - 0.5, (r + 0.5) * patch_size - 0.5, str(i), color="yellow",
+                    fontsize=size, fontweight="bold", ha="center", va="center",
+                    bbox=dict(boxstyle="round,pad=0.15", fc="black", ec="none", alpha=0.55))
     gap, channels = max(1, patch_size // 4), pixels.shape[0]
     step = patch_size + gap
     strip = torch.ones(channels, rows * step - gap, per_row * step - gap)  # white paper between patches
