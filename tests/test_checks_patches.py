@@ -613,9 +613,12 @@ SLIPS = [
     slip("ViT", "inputs", "centred", vit_with("in_place"), "changed its input `images` in place"),
     slip("count_parameters", "output", "no_cls", count(cls_token=False), "class token"),
     slip("count_parameters", "int", "float", count_float, "the count should be an int, got float"),
+    slip("count_parameters", "formula", "built", lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters()),
+         r"your count called torch \d+ times for ViT-B/16(.|\n)*count by formula"),
 ]
 
 
 @pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
 def test_catalogue_slip_is_caught_with_its_rule(entry):
     caught(entry)
+

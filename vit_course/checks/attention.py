@@ -97,8 +97,8 @@ def _roles(q, k, v, mask=None):
 
 @check("SelfAttention")
 def SelfAttention(c, cls):
-    """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, n, head_dim);
-    attention_weights(x, mask=None) -> (b, n, n); gradients reach x and the three layers."""
+    """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, m, head_dim);
+    attention_weights(x, mask=None) -> (b, m, m); gradients reach x and the three layers."""
     g = torch.Generator().manual_seed(2)
     for dim, head_dim, batch, n in ((10, 6, 2, 7), (4, 9, 3, 1), (16, 8, 1, 5)):
         reference = ref.SelfAttention(dim, head_dim).eval()
@@ -124,7 +124,7 @@ def SelfAttention(c, cls):
                 q, k, v, mask) + _roles(q, k, v, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, weights, label, mask, masked_weights,
-                                    [((batch, n, head_dim), "this is the output: return the (b, n, n) weights")],
-                                    required="attention_weights(x, mask=None) returning the (b, n, n) weights")
+                                    [((batch, n, head_dim), "this is the output: return the (b, m, m) weights")],
+                                    required="attention_weights(x, mask=None) returning the (b, m, m) weights")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)

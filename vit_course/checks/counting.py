@@ -3,6 +3,7 @@
 import numbers
 
 from .. import vit as ref
+from .common import TorchCalls
 from .core import check
 
 CONFIGS = [
@@ -85,14 +86,20 @@ def _hint(cfg, expected, got):
 
 @check("count_parameters")
 def count_parameters(c, fn):
-    """count_parameters(**config) == the trainable parameters of ViT(**config), by formula, as an int."""
+    """count_parameters(**config) == the trainable parameters of ViT(**config), by formula (no model built), as an
+    int."""
     for cfg in CONFIGS + OPTIONS:
         expected = ref.count_parameters(**cfg)
         c.phase("output")
-        raw = c.call(fn, **cfg)
+        with TorchCalls() as calls:
+            raw = c.call(fn, **cfg)
         got = c.number(raw, "the count")
         c.ok(got == expected, f"counted {got:,.0f} parameters, expected {expected:,} ({expected - got:+,.0f})",
              _hint(cfg, expected, got))
+        if cfg is CONFIGS[0]:
+            c.phase("formula")
+            c.ok(calls.count == 0, f"your count called torch {calls.count} times for ViT-B/16", "count by formula, "
+                 "without building the model or any tensor: the point is to size models too big for your memory")
         c.phase("int")
         c.ok(isinstance(raw, numbers.Integral), f"the count should be an int, got {type(raw).__name__} {raw!r}",
              "use // to count the patches (or int(...)): / always gives a float")

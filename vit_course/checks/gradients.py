@@ -22,16 +22,31 @@ CUTS = (  # what, on a line of learner code, may cut the graph
 
 
 def _sources(learner):
-    """The learner's function, or its class and the classes it builds on that are not torch's."""
+    """The learner's function, or the methods of its class on the way of a forward pass: __init__, forward and the
+    methods they call on self (not torch's or the course's, nor methods given for other uses, like to_conv)."""
     if not isinstance(learner, type):
         return [learner]
-    return [k for k in learner.__mro__ if not k.__module__.startswith(("torch", "builtins"))]
+    methods = {}
+    for klass in reversed(learner.__mro__):
+        if not klass.__module__.startswith(("torch", "builtins", "vit_course")):
+            methods.update({name: f for name, f in vars(klass).items() if inspect.isfunction(f)})
+    todo, seen = ["__init__", "forward"], {}
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in methods:
+            continue
+        try:
+            seen[name] = inspect.getsource(methods[name])
+        except (OSError, TypeError):
+            seen[name] = ""
+        todo += re.findall(r"self\.(\w+)\(", seen[name])
+    return [methods[name] for name in seen]
 
 
 def cut_lines(learner):
     """[(line number, code)] of the learner's function or class (line numbers of its cell or file) that may cut
     the graph; [] when its source cannot be read."""
-    found = []
+    found = set()
     for source in _sources(learner):
         try:
             lines, start = inspect.getsourcelines(source)
@@ -40,8 +55,8 @@ def cut_lines(learner):
         for i, line in enumerate(lines):
             code = line.split("#")[0]
             if any(re.search(pattern, code) for pattern in CUTS):
-                found.append((max(start, 1) + i, line.strip()))
-    return found
+                found.add((max(start, 1) + i, line.strip()))
+    return sorted(found)
 
 
 def cut_hint(learner):

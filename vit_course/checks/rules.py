@@ -123,6 +123,7 @@ RULES = {
     },
     "count_parameters": {
         "output": "returns the number of trainable parameters of `ViT(**config)` **by formula**",
+        "formula": "**by formula**, without building the model",
         "int": "**Output:** an `int`",
     },
     # chapter 06
