@@ -14,10 +14,12 @@ from vit_course import checks, notebooks
 from vit_course.checks.rules import COURSE_RULES, RULES
 
 from . import test_checks_attention, test_checks_blocks, test_checks_patches, test_checks_pooling, test_checks_training
+from .check_helpers import catalogue_ids, caught
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUES = [test_checks_attention, test_checks_blocks, test_checks_patches, test_checks_pooling,
-              test_checks_training]
+              test_checks_training]  # each holds SLIPS, its chapters' catalogue of slips
+SLIPS = [entry for module in CATALOGUES for entry in module.SLIPS]
 
 
 def flat(text):
@@ -78,10 +80,9 @@ def test_a_check_tests_exactly_its_rules(name, capsys):
 def slips():
     """{exercise: {rule: number of wrong variants rejected under it}} from the catalogues of the checks' tests."""
     found = {}
-    for module in CATALOGUES:
-        for slip in module.SLIPS:
-            found.setdefault(slip.check, {}).setdefault(slip.rule, 0)
-            found[slip.check][slip.rule] += 1
+    for entry in SLIPS:
+        found.setdefault(entry.check, {}).setdefault(entry.rule, 0)
+        found[entry.check][entry.rule] += 1
     return found
 
 
@@ -94,3 +95,8 @@ def test_every_rule_has_a_rejected_slip(name):
     rules = list(RULES[name]) + ([] if name in NO_TENSOR_INPUTS else list(COURSE_RULES))
     missing = [rule for rule in rules if rule not in caught]
     assert not missing, f"{name}: no wrong variant in the catalogue breaks {missing}"
+
+
+@pytest.mark.parametrize("entry", SLIPS, ids=catalogue_ids(SLIPS))
+def test_every_slip_of_the_catalogue_is_caught_with_its_rule(entry):
+    caught(entry)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from vit_course import batches, checks, train
 from vit_course.checks import CheckFailed
 
-from .check_helpers import accepts, rejects
+from .check_helpers import accepts, rejects, slip
 
 # --- train_step ----------------------------------------------------------------------------------------------
 
@@ -245,3 +245,49 @@ def test_warmup_cosine_rejects_more(slip, hint):
 ])
 def test_random_crop_flip_rejects_more(impl, hint):
     rejects(checks.random_crop_flip, impl, hint)
+
+
+# --- the catalogue of slips of chapters 06-07 (issue 34), with the rule the check must blame ------------------
+
+def step_normalising(model, images, labels, optimizer, label_smoothing=0.0):
+    images -= images.mean()  # "centre the batch first", in the caller's tensor
+    return train.train_step(model, images, labels, optimizer, label_smoothing)
+
+
+def evaluate_normalising(model, batches):
+    for x, _ in batches:
+        x /= x.abs().max()
+    return train.evaluate(model, batches)
+
+
+SLIPS = [
+    slip("train_step", "train-mode", "no_train", step(train_mode=False), r"model\.train\(\)"),
+    slip("train_step", "loss", "no_smoothing", step(smoothing=False), "label_smoothing is ignored"),
+    slip("train_step", "loss", "softmax", step(softmax=True), "softmax is applied before"),
+    slip("train_step", "loss", "tensor", step(item=False), r"\.item\(\)"),
+    slip("train_step", "float32", "low_precision", step_with("low_precision"),
+         r"bfloat16 logits(.|\n)*compute it in float32, F.cross_entropy\(logits.float\(\)"),
+    slip("train_step", "step", "no_zero_grad", step(zero_grad=None), "zero_grad"),
+    slip("train_step", "step", "zero_between", step_with("zero_between"), r"zero_grad\(\) between backward"),
+    slip("train_step", "inputs", "centred", step_normalising, "changed its input `images` in place"),
+    slip("evaluate", "output", "batch_means", evaluation(per_batch=True), "mean of the batch means"),
+    slip("evaluate", "output", "percent", evaluation(percent=True), "percentage"),
+    slip("evaluate", "batches", "len", evaluation(restore="len"), r"has no len\(\)"),
+    slip("evaluate", "eval-mode", "no_eval", evaluation(eval_mode=False), r"model\.eval\(\)"),
+    slip("evaluate", "no-grad", "grad", evaluation(no_grad=False), "no_grad"),
+    slip("evaluate", "restore", "not_restored", evaluation(restore=None), "left it in eval mode"),
+    slip("evaluate", "error", "zero_division", evaluation(empty=None), "raised ZeroDivisionError"),
+    slip("evaluate", "inputs", "normalised", evaluate_normalising, "changed its input `batches` in place"),
+    slip("warmup_cosine", "output", "off_by_one", schedule(off_by_one=True), "off by one"),
+    slip("warmup_cosine", "output", "linear", schedule(cosine=False), "linearly"),
+    slip("random_crop_flip", "output", "reflect", crop_flip(pad_mode="reflect"), "not zeros"),
+    slip("random_crop_flip", "output", "upside_down", crop_flip(vertical=True), "upside down"),
+    slip("random_crop_flip", "loop", "per_sample", crop_flip(loop=True),
+         r"called torch \d+ times for 400 images(.|\n)*a Python loop over the samples"),
+    slip("random_crop_flip", "flip", "one_coin", crop_flip(batch_flip=True), "one coin per sample"),
+    slip("random_crop_flip", "offsets", "exclusive", crop_flip(high_exclusive=True), "upper bound is exclusive"),
+    slip("random_crop_flip", "offsets", "shared", crop_flip(shared_offset=True), "same vertical and horizontal"),
+    slip("random_crop_flip", "generator", "ignored", crop_flip(use_generator=False), "generator"),
+    slip("random_crop_flip", "error", "no_check", crop_flip(validate=False), "padding=-1 is negative"),
+    slip("random_crop_flip", "inputs", "copy_", crop_flip_inplace, "in place"),
+]

@@ -23,24 +23,30 @@ CUTS = (  # what, on a line of learner code, may cut the graph
 
 def _sources(learner):
     """The learner's function, or the methods of its class on the way of a forward pass: __init__, forward and the
-    methods they call on self (not torch's or the course's, nor methods given for other uses, like to_conv)."""
+    methods they call on self, each with the definitions it overrides (``super().forward(...)`` reaches them); not
+    torch's or the course's, nor methods given for other uses, like to_conv."""
     if not isinstance(learner, type):
         return [learner]
-    methods = {}
-    for klass in reversed(learner.__mro__):
+    methods = {}  # name -> the learner's definitions of it along the MRO
+    for klass in learner.__mro__:
         if not klass.__module__.startswith(("torch", "builtins", "vit_course")):
-            methods.update({name: f for name, f in vars(klass).items() if inspect.isfunction(f)})
-    todo, seen = ["__init__", "forward"], {}
+            for name, f in vars(klass).items():
+                if inspect.isfunction(f):
+                    methods.setdefault(name, []).append(f)
+    todo, seen, found = ["__init__", "forward"], set(), []
     while todo:
         name = todo.pop()
         if name in seen or name not in methods:
             continue
-        try:
-            seen[name] = inspect.getsource(methods[name])
-        except (OSError, TypeError):
-            seen[name] = ""
-        todo += re.findall(r"self\.(\w+)\(", seen[name])
-    return [methods[name] for name in seen]
+        seen.add(name)
+        for f in methods[name]:
+            try:
+                source = inspect.getsource(f)
+            except (OSError, TypeError):
+                source = ""
+            found.append(f)
+            todo += re.findall(r"self\.(\w+)\(", source)
+    return found
 
 
 def cut_lines(learner):
