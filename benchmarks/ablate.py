@@ -16,17 +16,14 @@ import argparse
 import ast
 import copy
 import json
-import sys
-import time
 from pathlib import Path
 
-started = time.perf_counter()
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import recipes  # noqa: E402
-from vit_course.files import append_run  # noqa: E402
-from vit_course.results import one_view_accuracy  # noqa: E402
+from common import RESULTS
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from vit_course import IMPORTED_AT, recipes
+from vit_course.files import append_run
+from vit_course.results import one_view_accuracy
+
 SECTIONS = ("model", "train", "augment", "mix")
 
 
@@ -58,12 +55,14 @@ def main(argv=None):
     original, recipes.RECIPES[args.name] = recipes.RECIPES[args.name], recipe  # for this run only
     try:
         metrics = recipes.train_recipe(args.name, out=args.out or f"runs/ablate/{args.name}", seed=args.seed,
-                                       time_budget=args.budget, started=started, progress=False, threads=args.threads)
+                                       time_budget=args.budget, started=IMPORTED_AT, progress=False,
+                                       threads=args.threads)  # the budget counts from the package's import
     finally:
         recipes.RECIPES[args.name] = original
     run = {"recipe": args.name, "set": changes, "seed": args.seed, "budget": args.budget,
-           **{key: metrics[key] for key in ("test_accuracy", "epochs", "wall_seconds", "threads", "thread_changes",
-                                            "cpu_load_before", "cpu_load_after", "machine")},
+           **{key: metrics[key] for key in ("test_accuracy", "epochs", "wall_seconds", "threads", "cpu_load_before",
+                                            "cpu_load_after", "machine")},
+           "thread_changes": [],  # a run keeps its threads; earlier records list (seconds, threads) changes here
            "test_accuracy_one_view": one_view_accuracy(metrics),
            # the whole recipe the run trained, so the record still says what it measured once the recipe changes
            "settings": {section: recipe.get(section) for section in SECTIONS}}

@@ -16,21 +16,20 @@ import argparse
 import functools
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
+from common import RESULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import DATASETS, ViT, evaluate, fit, load  # noqa: E402
-from vit_course.baselines import small_cnn  # noqa: E402
-from vit_course.batches import DeviceLoader, cifar_augment  # noqa: E402
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import write_json  # noqa: E402
-from vit_course.recipes import RECIPES  # noqa: E402
+from vit_course import DATASETS, ViT, evaluate, fit, load
+from vit_course.baselines import small_cnn
+from vit_course.batches import DeviceLoader, cifar_augment
+from vit_course.device import machine
+from vit_course.files import write_json
+from vit_course.recipes import RECIPES
 
-RESULTS = Path(__file__).resolve().parent / "results" / "data_scaling.json"
+OUT = RESULTS / "data_scaling.json"
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 BATCH = 128
 MODELS = {"vit": lambda: ViT(**RECIPES["cifar10-plain"]["model"]), "cnn": small_cnn}
@@ -57,7 +56,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5 * (50_000 // BATCH), help="optimizer steps of every run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--smoke", action="store_true", help="a few steps on 2,560 images, for the tests")
     args = parser.parse_args(argv)
     images, labels = load("cifar10", "train")

@@ -14,22 +14,21 @@ time budget. Writes benchmarks/results/finetune_resolution.json; chapter 09 read
 import argparse
 import functools
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import RESULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import DATASETS, ViT, evaluate, fit, load, load_checkpoint  # noqa: E402
-from vit_course.batches import DeviceLoader, cifar_augment  # noqa: E402
-from vit_course.checkpoint import pretrained_path  # noqa: E402
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import write_json  # noqa: E402
-from vit_course.patches import resample_position_embeddings  # noqa: E402
+from vit_course import DATASETS, ViT, evaluate, fit, load, load_checkpoint
+from vit_course.batches import DeviceLoader, cifar_augment
+from vit_course.checkpoint import pretrained_path
+from vit_course.device import machine
+from vit_course.files import write_json
+from vit_course.patches import resample_position_embeddings
 
-RESULTS = Path(__file__).resolve().parent / "results" / "finetune_resolution.json"
+OUT = RESULTS / "finetune_resolution.json"
 
 
 def upsample(images, size):
@@ -61,7 +60,7 @@ def main(argv=None):
     parser.add_argument("--checkpoint", type=Path, default=None, help="default: the shipped cifar10-plain")
     parser.add_argument("--resolution", type=int, default=48)
     parser.add_argument("--seconds", type=float, default=600, help="time budget of the fine-tune")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--smoke", action="store_true", help="a few seconds on a sliver of the data, for the tests")
     args = parser.parse_args(argv)
     model, _ = load_checkpoint(args.checkpoint or pretrained_path("cifar10-plain"))

@@ -4,27 +4,24 @@ image's class probabilities averaged with those of its mirror image (one more fo
 The cifar10 recipe trains on flipped images, so a mirrored test image is a view the model knows, and two views
 disagree where the model is unsure. This measured the gain on checkpoints that ``python -m vit_course train`` or
 ``benchmarks/ablate.py`` wrote, before the cifar10 recipe's final evaluation took it up (``test_flips``, through the
-same ``vit_course.train.evaluate_flips``). It adds nothing to training time; the final evaluation costs twice as
-much (a few seconds on a 2-core CPU).
+same ``vit_course.train.evaluate_flips``). It adds nothing to training time; the final evaluation costs three
+times as much (the images as they are, then both views: a few seconds on a 2-core CPU).
 
     python benchmarks/flip_tta.py vit_course/checkpoints/cifar10/model.pt runs/ablate/cifar10-10ep/model.pt --record
 """
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
+from common import RESULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course.batches import loaders  # noqa: E402
-from vit_course.checkpoint import load_checkpoint  # noqa: E402
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import append_run  # noqa: E402
-from vit_course.train import evaluate_flips  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from vit_course.batches import loaders
+from vit_course.checkpoint import load_checkpoint
+from vit_course.device import machine
+from vit_course.files import append_run
+from vit_course.train import evaluate_flips
 
 
 def measure(path, subset=None):

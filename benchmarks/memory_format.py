@@ -9,16 +9,14 @@ image over rounds and the ratio.
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import common  # noqa: F401 (this checkout's vit_course)
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import ViT  # noqa: E402
-from vit_course.recipes import RECIPES  # noqa: E402
-from vit_course.train import param_groups, train_step  # noqa: E402
+from vit_course import ViT
+from vit_course.recipes import RECIPES
+from vit_course.train import param_groups, train_step
 
 
 def variant(config, batch_size, channels_last):

@@ -9,16 +9,14 @@ rounds and the ratios.
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import common  # noqa: F401 (this checkout's vit_course and tests)
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.timm_shim import import_timm  # noqa: E402
-from vit_course import ViT  # noqa: E402
+from tests.timm_shim import import_timm
+from vit_course import ViT
 
 CONFIG = dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4, mlp_ratio=2.0)
 

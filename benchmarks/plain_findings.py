@@ -13,23 +13,20 @@ result to benchmarks/results/plain_findings.json, so a long run can be followed 
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
+from common import RESULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import DATASETS, ViT, normalize  # noqa: E402
-from vit_course.batches import DeviceLoader  # noqa: E402, I001
-from vit_course.checkpoint import read_checkpoint  # noqa: E402
-from vit_course.data import load  # noqa: E402
-from vit_course.embeddings import neighbour_share, position_rank_correlation, top_variance_share  # noqa: E402
-from vit_course.faithfulness import attention_rankings, deletion_accuracy, random_ranking  # noqa: E402
-from vit_course.files import append_run  # noqa: E402
-from vit_course.interpret import attention_distances, pixels_per_token, uniform_attention_distance  # noqa: E402
-from vit_course.train import evaluate  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from vit_course import DATASETS, ViT, normalize
+from vit_course.batches import DeviceLoader
+from vit_course.checkpoint import read_checkpoint
+from vit_course.data import load
+from vit_course.embeddings import neighbour_share, position_rank_correlation, top_variance_share
+from vit_course.faithfulness import attention_rankings, deletion_accuracy, random_ranking
+from vit_course.files import append_run
+from vit_course.interpret import attention_distances, pixels_per_token, uniform_attention_distance
+from vit_course.train import evaluate
 
 
 def findings(model, config, first=512):
@@ -59,8 +56,12 @@ def findings(model, config, first=512):
         "deleted_quarter": {
             "rollout": round(deletion_accuracy(model, inputs, labels, rankings["rollout"], 0.25, P), 4),
             "last layer": round(deletion_accuracy(model, inputs, labels, rankings["last layer"], 0.25, P), 4),
-            "random": round(deletion_accuracy(model, inputs, labels, random_ranking(
-                first, patches, torch.Generator().manual_seed(0)), 0.25, P), 4),
+            "random": round(
+                deletion_accuracy(
+                    model, inputs, labels, random_ranking(first, patches, torch.Generator().manual_seed(0)), 0.25, P
+                ),
+                4,
+            ),
         },
     }
 
@@ -75,8 +76,12 @@ def main(argv=None):
     model.load_state_dict(state["model"])
     model.eval()
     history = state.get("history", {})
-    result = {"checkpoint": str(args.checkpoint), "recipe": state.get("recipe"),
-              "epoch": history["epoch"][-1] if history.get("epoch") else None, **findings(model, state["config"])}
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "recipe": state.get("recipe"),
+        "epoch": history["epoch"][-1] if history.get("epoch") else None,
+        **findings(model, state["config"]),
+    }
     print(json.dumps(result))
     if args.record:
         append_run(RESULTS / "plain_findings.json", result, recipe=result["recipe"])

@@ -13,22 +13,18 @@ import argparse
 import functools
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
+from common import RESULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import ViT  # noqa: E402
-from vit_course.augment import mix_batch  # noqa: E402
-from vit_course.batches import cifar_augment, loaders  # noqa: E402
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import write_json  # noqa: E402
-from vit_course.recipes import RECIPES  # noqa: E402
-from vit_course.train import param_groups, train_step  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from vit_course import ViT
+from vit_course.augment import mix_batch
+from vit_course.batches import cifar_augment, loaders
+from vit_course.device import machine
+from vit_course.files import write_json
+from vit_course.recipes import RECIPES
+from vit_course.train import param_groups, train_step
 
 
 def protocols():

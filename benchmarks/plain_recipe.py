@@ -20,10 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from common import RESULTS
+
+from vit_course.files import write_json
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-RESULTS = HERE / "results"
-from vit_course.files import write_json  # noqa: E402
 
 CANDIDATES = {  # name -> changes to the recipe's model (--set model.KEY=VALUE for the short runs)
     "recipe": {},

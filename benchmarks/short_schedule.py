@@ -21,24 +21,21 @@ import argparse
 import copy
 import functools
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import RESULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import ViT  # noqa: E402
-from vit_course.batches import AUGMENT, loaders  # noqa: E402
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import append_run  # noqa: E402
-from vit_course.patches import patchify, sincos_position_embedding  # noqa: E402
-from vit_course.recipes import RECIPES  # noqa: E402
-from vit_course.train import evaluate, param_groups, warmup_cosine  # noqa: E402
-from vit_course.vit import pool_tokens  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from vit_course import ViT
+from vit_course.batches import AUGMENT, loaders
+from vit_course.device import machine
+from vit_course.files import append_run
+from vit_course.patches import patchify, sincos_position_embedding
+from vit_course.recipes import RECIPES
+from vit_course.train import evaluate, param_groups, warmup_cosine
+from vit_course.vit import pool_tokens
 
 
 def low_res_forward(model, images, factor):

@@ -1,8 +1,8 @@
 """Training-step time of a recipe's model with two conv stems, alternated in one process: what a stem stage saves.
 
 The model is the recipe's with only ``stem_channels`` changed, trained one step at a time on a fixed random batch of
-the recipe's batch size (``train_throughput.training_step``), the two stems alternated round by round
-(``train_throughput.alternated``) so a change in the machine's speed hits both alike. With --record the comparison
+the recipe's batch size (``common.training_step``), the two stems alternated round by round
+(``common.alternated``) so a change in the machine's speed hits both alike. With --record the comparison
 is appended to benchmarks/results/stem_speed.json with the machine and its load.
 
     python benchmarks/stem_speed.py mnist "(32, 64)" "(16, 32, 64)" --record
@@ -11,18 +11,14 @@ is appended to benchmarks/results/stem_speed.json with the machine and its load.
 import argparse
 import ast
 import os
-import sys
 from pathlib import Path
 
 import torch
+from common import RESULTS, alternated, training_step
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_throughput import RESULTS, alternated, training_step  # noqa: E402
-
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import append_run  # noqa: E402
-from vit_course.recipes import RECIPES  # noqa: E402
+from vit_course.device import machine
+from vit_course.files import append_run
+from vit_course.recipes import RECIPES
 
 
 def main(argv=None):

@@ -21,16 +21,18 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course.files import write_json  # noqa: E402
-from vit_course.results import one_view_accuracy  # noqa: E402
+from common import RESULTS, wait_for_quiet
+
+from vit_course.files import write_json
+from vit_course.results import one_view_accuracy
 
 TARGETS = {"mnist": (0.993, 300), "cifar10": (0.80, 1800)}
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def run_once(name, seed, out):
-    """One whole command, timed from outside: -> a dict of what the run reports."""
+    """One whole command, timed from outside, once the load of the last one has faded from the load average (which
+    the command reads to choose its threads): -> a dict of what the run reports."""
+    waited = wait_for_quiet()
     load = os.getloadavg()[0]
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "vit_course", "train", name, "--seed", str(seed), "--out", str(out),
@@ -40,8 +42,7 @@ def run_once(name, seed, out):
     return {"seed": seed, "test_accuracy": metrics["test_accuracy"], "wall_seconds": round(wall, 1),
             "test_accuracy_one_view": one_view_accuracy(metrics),
             "epochs": metrics["epochs"], "precision": metrics.get("precision", "fp32"),
-            "threads": metrics.get("threads"), "thread_changes": metrics.get("thread_changes", []),
-            "load_before": round(load, 2),
+            "threads": metrics.get("threads"), "load_before": round(load, 2), "waited_seconds": waited,
             "machine": metrics.get("machine")}
 
 

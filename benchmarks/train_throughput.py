@@ -15,22 +15,15 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from common import RESULTS, alternated, seconds_of, training_step
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vit_course import ViT  # noqa: E402
-from vit_course.device import machine  # noqa: E402
-from vit_course.files import write_json  # noqa: E402
-from vit_course.recipes import RECIPES  # noqa: E402
-from vit_course.train import param_groups  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from vit_course.device import machine
+from vit_course.files import write_json
+from vit_course.recipes import RECIPES
 
 
 def matmul_gflops(size, dtype, repeats=5):
@@ -45,60 +38,12 @@ def matmul_gflops(size, dtype, repeats=5):
     return 2 * size**3 / statistics.median(times) / 1e9
 
 
-def training_step(name, autocast=False, compiled=False, changes=None):
-    """A closure running one training step of recipe ``name``'s model on a fixed random batch (its batch size).
-
-    compiled: run the model through ``torch.compile`` (the closure's first call compiles it).
-    changes: model settings that replace the recipe's, e.g. ``{"stem_channels": (16, 32, 64)}``."""
-    recipe = RECIPES[name]
-    torch.manual_seed(0)
-    model = ViT(**{**recipe["model"], **(changes or {})}).train()
-    optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
-    batch = recipe["train"]["batch_size"]
-    c, h = recipe["model"]["in_channels"], recipe["model"]["image_size"]
-    x, y = torch.randn(batch, c, h, h), torch.randint(0, 10, (batch,))  # (b, C, H, W), (b,)
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.autocast("cpu", enabled=False)
-    forward = torch.compile(model) if compiled else model
-
-    def step():
-        with context:
-            logits = forward(x)
-        loss = F.cross_entropy(logits.float(), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
-def seconds_of(step):
-    """Wall seconds of one call of ``step``."""
-    t = time.perf_counter()
-    step()
-    return time.perf_counter() - t
-
-
 def step_flops_and_seconds(name, steps, autocast=False):
     """(FLOPs of one training step, median seconds per step) for recipe ``name``'s model at its batch size."""
     step = training_step(name, autocast)
     with FlopCounterMode(display=False) as counter:
         step()
     return counter.get_total_flops(), statistics.median(seconds_of(step) for _ in range(steps))
-
-
-def alternated(steps, rounds):
-    """Time two steps alternated in one process (the first, then the second, ``rounds`` times, after one warm-up
-    each), so that a change in the machine's speed hits both alike. steps: {label: step} with two entries.
-    -> {label_ms: median milliseconds of each, "speedup": median of the per-round ratios (first / second),
-    "speedup_range": [min, max] of those ratios}."""
-    (a_label, a), (b_label, b) = steps.items()
-    a(), b()  # warm-up: first calls allocate and pick kernels
-    pairs = [(seconds_of(a), seconds_of(b)) for _ in range(rounds)]
-    ratios = [x / y for x, y in pairs]
-    return {f"{a_label}_ms": round(1000 * statistics.median(x for x, _ in pairs), 1),
-            f"{b_label}_ms": round(1000 * statistics.median(y for _, y in pairs), 1),
-            "speedup": round(statistics.median(ratios), 3),
-            "speedup_range": [round(min(ratios), 3), round(max(ratios), 3)]}
 
 
 def bf16_speedup(name, rounds):

@@ -1,6 +1,7 @@
 """The package's shape: small modules and functions, one mechanism in one place, a model that saves itself."""
 
 import ast
+import inspect
 from pathlib import Path
 
 import torch
@@ -34,6 +35,93 @@ def test_every_module_says_its_chapter_and_job():
 def test_one_atomic_writer():
     renames = [p.relative_to(PACKAGE).as_posix() for p in MODULES for _ in range(p.read_text().count("os.replace("))]
     assert renames == ["files.py"], renames
+
+
+def import_graph(package):
+    """{module: the package's modules it imports, at the top or inside a function} for the package at ``package``
+    (a folder), by reading the source. A name imported from the top-level package counts as an import of the module
+    its ``__init__`` takes that name from; the top-level ``__init__`` itself, which gathers every name, is no node."""
+    top = package.name
+    names = {_dotted(path, package): path for path in sorted(package.rglob("*.py"))}
+    gathered = {}  # name -> module, for the names the top-level __init__ imports from its modules
+    for node in ast.walk(ast.parse((package / "__init__.py").read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            gathered.update({alias.asname or alias.name: f"{top}.{node.module}" for alias in node.names})
+    graph = {}
+    for module, path in names.items():
+        if module == top:
+            continue
+        here = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here.split(".")[:len(here.split(".")) + 1 - node.level]) if node.level else ""
+                base = ".".join(part for part in (base, node.module) if part)
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    found.add(target if target in names else gathered.get(alias.name, base) if base == top else base)
+        graph[module] = sorted(name for name in found if name in names and name not in (top, module))
+    return graph
+
+
+def _dotted(path, package):
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_cycles(graph):
+    """Every cycle of ``graph`` ({node: [nodes]}) found by a depth-first walk, each as a list of its nodes."""
+    cycles, state = [], {}  # state: 1 while on the walk's path, 2 once done
+
+    def walk(node, path):
+        state[node] = 1
+        for target in graph.get(node, ()):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                walk(target, path + [target])
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            walk(node, [node])
+    return cycles
+
+
+def test_no_import_cycle_among_the_modules():
+    """Data flows one way: nothing in vit_course imports a module that imports it back, even inside a function."""
+    graph = import_graph(PACKAGE)
+    assert "vit_course.download" in graph["vit_course.data"]  # the graph sees what it should
+    assert "vit_course.train" in graph["vit_course.loop"] and "vit_course.vit" in graph["vit_course.checks.vit"]
+    assert not import_cycles(graph), f"import cycles: {import_cycles(graph)}"
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from .a import f\n")
+    (package / "a.py").write_text("def f():\n    from .sub import b\n")  # the way data once imported download
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("from .. import f\n")  # a name the package gathers from a
+    assert import_graph(package) == {"pkg.a": ["pkg.sub.b"], "pkg.sub": [], "pkg.sub.b": ["pkg.a"]}
+    assert import_cycles(import_graph(package)) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+    (package / "sub" / "b.py").write_text("import os\n")
+    assert import_cycles(import_graph(package)) == []
+
+
+def test_the_course_reads_no_load_or_process_files():
+    """Thread watching, load sampling and timing trials belong to benchmarks/, not to what a learner reads."""
+    for path in MODULES:
+        for foreign in ("/proc/stat", "/proc/self", "/proc/uptime"):
+            assert foreign not in path.read_text(), f"{path.relative_to(PACKAGE)} reads {foreign}"
+
+
+def test_fit_takes_at_most_ten_parameters():
+    from vit_course import fit
+
+    assert len(inspect.signature(fit).parameters) <= 10, list(inspect.signature(fit).parameters)
 
 
 def test_recipes_hold_recipes_only():

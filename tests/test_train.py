@@ -1,5 +1,6 @@
 """Training: schedule, parameter groups, step, evaluation, fit (budget, resume, interrupt), checkpoints."""
 
+import dataclasses
 import math
 import os
 
@@ -8,14 +9,12 @@ import torch
 from torch import nn
 
 import vit_course.loop
-import vit_course.precision
 from vit_course import ViT
 from vit_course import checkpoint as ckpt
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS, load
-from vit_course.loop import fit
-from vit_course.precision import amp_dtype, amp_settings, bf16_pays, resolve_amp
-from vit_course.recipes import full_config
+from vit_course.loop import Budget, TrainConfig, amp_settings, fit, learning_rate, precision
+from vit_course.recipes import RECIPES, full_config
 from vit_course.train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
 TINY = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
@@ -116,11 +115,9 @@ def test_evaluate_flips_averages_the_probabilities_of_each_image_and_its_mirror(
 
 @needs_data
 def test_fit_with_test_flips_evaluates_the_last_epoch_with_flips_inside_its_budget(mnist):
-    from vit_course.loop import Clock
-
-    clock = Clock(100.0, final_passes=2)
-    clock.eval_seconds = 5.0
-    assert clock.left(1) == pytest.approx(100.0 - 2 * 5.0 - clock.elapsed(), abs=0.1)  # two passes kept aside
+    budget = Budget(100.0, test_batches=1, final_passes=3)
+    budget.pass_seconds = 5.0
+    assert budget.left() == pytest.approx(100.0 - 3 * 5.0 - budget.elapsed(), abs=0.1)  # three passes kept aside
     runs = {}
     for flips in (False, True):
         torch.manual_seed(0)
@@ -205,55 +202,40 @@ def test_time_budget_stops_mid_epoch_and_evaluates(mnist):
     assert not model.training
 
 
-def test_amp_settings():
-    assert amp_settings("auto", torch.device("cpu")) == (None, None)  # measured slower on the reference CPU
-    assert amp_settings("off", torch.device("cpu")) == (None, None)
-    autocast, scaler = amp_settings("bf16", torch.device("cpu"))
-    assert autocast.fast_dtype == torch.bfloat16 and scaler is None
-    with pytest.raises(ValueError, match="'fp8'"):
-        amp_settings("fp8", torch.device("cpu"))
+def test_mixed_precision_follows_one_plain_rule(monkeypatch):
+    """CUDA: bf16 where the card supports it, else fp16 with a GradScaler; the CPU and MPS: float32 unless asked."""
+    cpu, mps, cuda = torch.device("cpu"), torch.device("mps"), torch.device("cuda")
+    assert precision("auto", cpu) == precision("auto", mps) == precision("off", cuda) == "fp32"
+    assert amp_settings("auto", cpu) == amp_settings("off", cpu) == (None, None)
+    autocast, scaler = amp_settings("bf16", cpu)  # a recipe may ask for it
+    assert autocast.fast_dtype == torch.bfloat16 and scaler is None and precision("bf16", cpu) == "bf16"
+    for supported, kind in ((True, "bf16"), (False, "fp16")):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda supported=supported: supported)
+        assert precision("auto", cuda) == kind
+    for wrong in ("fp8", "native", None):  # "native" timed a step before the rule became plain
+        with pytest.raises(ValueError, match=repr(wrong)):
+            amp_settings(wrong, cpu)
 
 
-@pytest.mark.parametrize("native", [True, False, None])
-def test_native_amp_uses_bf16_only_on_a_cpu_that_has_it(monkeypatch, native):
-    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: native)
-    assert amp_dtype("native", torch.device("cpu")) == ("bf16" if native else None)
-    assert amp_dtype("auto", torch.device("cpu")) is None  # "auto" stays float32 on every CPU
-    assert amp_dtype("native", torch.device("mps")) is None
-    autocast, _ = amp_settings("native", torch.device("cpu"))
-    assert (autocast is not None and autocast.fast_dtype == torch.bfloat16) if native else autocast is None
-
-
-@pytest.mark.parametrize("pays", [True, False])
-def test_native_amp_trains_in_bf16_only_where_the_timed_step_is_faster(monkeypatch, mnist, pays):
-    """A CPU's bf16 flag is not enough: on one AVX-512 BF16 CPU the bf16 step took twice as long. "native" times it."""
-    trials, autocast_seen = [], []
-    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: True)
-    monkeypatch.setattr(vit_course.precision, "bf16_pays", lambda model, x, y: trials.append(x.shape) or {"bf16": pays})
+@pytest.mark.parametrize("amp", ["auto", "bf16"])
+def test_fit_trains_every_step_in_the_precision_asked_for(monkeypatch, mnist, amp):
+    autocast_seen = []
     real_step = vit_course.loop.train_step
     monkeypatch.setattr(vit_course.loop, "train_step", lambda *a, **k: autocast_seen.append(
         torch.is_autocast_enabled("cpu")) or real_step(*a, **k))
-    cpu, test = torch.device("cpu"), mnist_loader(mnist, n=128, shuffle=False)
-    assert resolve_amp("native", cpu, ViT(**TINY), test) == (("bf16" if pays else None), {"bf16": pays})
-    assert resolve_amp("auto", cpu, ViT(**TINY), test) == (None, None)  # only "native" is timed
-    fit(ViT(**TINY), mnist_loader(mnist), test, epochs=1, lr=1e-3, weight_decay=0.0, warmup_epochs=0,
-        label_smoothing=0.0, device="cpu", amp="native", progress=False)
-    assert trials == [(64, 1, 28, 28)] * 2  # one batch of the test loader, once per resolve
-    assert autocast_seen == [pays] * 4  # every step of the epoch in the chosen precision
-    monkeypatch.setattr(vit_course.precision, "cpu_has_bf16", lambda: False)
-    assert resolve_amp("native", cpu, ViT(**TINY), test) == (None, None) and len(trials) == 2  # no flag: no trial
+    fit(ViT(**TINY), mnist_loader(mnist), mnist_loader(mnist, n=128, shuffle=False), epochs=1, lr=1e-3,
+        weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, device="cpu", amp=amp, progress=False)
+    assert autocast_seen == [amp == "bf16"] * 4  # every step of the epoch; "auto" stays float32 on a CPU
 
 
-def test_the_bf16_trial_times_a_copy_and_leaves_the_model_and_random_state_alone():
-    torch.manual_seed(0)
-    model, images, labels = ViT(**TINY), torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    before, rng = {k: v.clone() for k, v in model.state_dict().items()}, torch.get_rng_state()
-    model.eval()
-    trial = bf16_pays(model, images, labels, rounds=2)
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()) and not model.training
-    assert torch.equal(torch.get_rng_state(), rng)
-    assert trial["fp32_ms"] > 0 and trial["bf16_ms"] > 0
-    assert trial["bf16"] == (trial["bf16_ms"] < 0.95 * trial["fp32_ms"])
+def test_every_recipe_trains_with_a_train_config():
+    """A recipe's training settings are TrainConfig's fields (and the loader's batch size), no more."""
+    for name, recipe in RECIPES.items():
+        settings = {key: value for key, value in recipe["train"].items() if key != "batch_size"}
+        assert TrainConfig(**settings).lr == recipe["train"]["lr"], name
+    config = TrainConfig(epochs=2, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0)
+    with pytest.raises(TypeError, match="batch_size"):
+        fit(ViT(**TINY), [], [], config, batch_size=64)
 
 
 def test_checkpoint_round_trip_weights_only(tmp_path):
@@ -336,22 +318,23 @@ def test_shipped_checkpoint_matches_its_metrics(name):
 
 
 def test_a_run_that_fills_its_budget_plans_its_steps_from_its_pace():
-    from vit_course.loop import Clock, Schedule
+    config = TrainConfig(epochs=None, lr=1.0, weight_decay=0.0, warmup_epochs=1, label_smoothing=0.0, min_lr=0.0)
 
-    def position(step, elapsed, budget=100.0):
-        clock = Clock(budget)
-        clock.started -= elapsed  # as if `elapsed` seconds had passed
-        clock.eval_seconds = 0.0  # no final evaluation to set aside
-        return clock.position(step, None, test_batches=1)
+    def lr(step, elapsed, epochs=None, seconds=100.0):  # the rate at ``step`` once ``elapsed`` seconds have passed
+        budget = Budget(seconds)
+        budget.started -= elapsed
+        budget.pass_seconds = 0.0  # no final evaluation to set aside
+        return learning_rate(dataclasses.replace(config, epochs=epochs), step, 10, budget)
 
-    assert position(50, 25.0) == (50, pytest.approx(200, abs=1))  # a quarter of the budget for 50 steps
-    assert position(100, 25.0) == (100, pytest.approx(400, abs=1))  # twice as fast: twice the steps planned
-    assert position(0, 0.0) == (0, math.inf)
-    assert Clock(None).position(7, 70, 1) == (7, 70)  # no budget: the planned steps
-    schedule = Schedule(None, steps_per_epoch=10, warmup_epochs=1, lr=1.0, min_lr=0.0)
-    assert schedule(0) == schedule(0, math.inf) == pytest.approx(0.1)  # the warmup needs no pace
-    assert schedule(*position(199, 99.5)) == pytest.approx(0.0, abs=1e-3)  # the budget's end: fully decayed
-    assert schedule(*position(105, 52.5)) == pytest.approx(0.5, abs=0.02)  # half way through the decay
+    assert lr(0, 0.0) == pytest.approx(0.1)  # the warmup (10 steps) needs no pace
+    assert lr(50, 25.0) == pytest.approx(warmup_cosine(50, 200, 10, 1.0))  # a quarter of the budget: 200 planned
+    assert lr(100, 25.0) == pytest.approx(warmup_cosine(100, 400, 10, 1.0))  # twice as fast: twice the steps
+    assert lr(20, 0.0) == pytest.approx(1.0)  # no time passed: no pace, the peak until there is one
+    assert lr(199, 99.5) == pytest.approx(0.0, abs=1e-3)  # the budget's end: fully decayed
+    assert lr(105, 52.5) == pytest.approx(0.5, abs=0.02)  # half way through the decay
+    assert lr(30, 50.0, epochs=10) == pytest.approx(warmup_cosine(50, 100, 10, 1.0))  # the clock is further on
+    assert lr(70, 50.0, epochs=10) == pytest.approx(warmup_cosine(70, 100, 10, 1.0))  # the steps are
+    assert lr(70, 99.0, epochs=10, seconds=None) == warmup_cosine(70, 100, 10, 1.0)  # no budget: steps only
 
 
 @needs_data

@@ -35,6 +35,24 @@ def test_count_parameters_matches_module(extra):
     assert count_parameters(**config) == n_params(ViT(**config))
 
 
+SIDES = dict(in_channels=1, num_classes=10, dim=16, depth=1, num_heads=2, mlp_ratio=2.0)
+
+
+@pytest.mark.parametrize("side", [28, 30, 32])
+@pytest.mark.parametrize("extra", [
+    dict(patch_size=2),  # plain: class token, learned positions
+    dict(patch_size=2, pos_embed="sincos", pool="mean"),
+    dict(patch_size=2, init_values=1e-4),  # LayerScale
+    dict(patch_size=1, stem_channels=(4, 8, 8)),  # hybrid, learned positions: 28 -> 14 -> 7 -> 4, 30 -> 15 -> 8 -> 4
+    dict(patch_size=1, stem_channels=(4, 8)),  # 30 -> 15 -> 8
+    dict(patch_size=1, stem_channels=(4, 8, 8), pos_embed="sincos", pool="mean"),
+])
+def test_count_parameters_plans_the_grid_as_the_model_does(side, extra):
+    """On sides a stem does not halve evenly, the formula must round each stage up, as the stem's pooling does."""
+    config = dict(SIDES, image_size=side, **extra)
+    assert count_parameters(**config) == n_params(ViT(**config))
+
+
 def test_forward_shapes_and_attention():
     torch.manual_seed(0)
     model = ViT(**SMALL).eval()

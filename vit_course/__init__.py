@@ -3,11 +3,16 @@
 One module per idea, in the order the chapters meet them:
 attention (01-02) · blocks (03) · patches (04, 09) · vit (05) · hybrid (06-07: the conv stem) · baselines (07:
 the small CNN) · data, download, batches (06-07: files -> tensors -> batches) · train (06: step, evaluation,
-schedule) · loop (06-07: ``fit``) · checkpoint · recipes (the ``train`` command) · device (where to compute,
-threads) · interpret, embeddings, faithfulness (08) · plots, widgets (figures and explorers) · checks (every
-exercise's check) · notebooks, grade, kernel (student notebooks, grading them) · results (the README's and
-the book's results tables) · files (atomic writes).
+schedule) · loop (06-07: ``fit``, its settings, mixed precision, time budget) · checkpoint · recipes (the
+``train`` command) · device (where to compute, threads) · interpret, embeddings, faithfulness (08) · plots, widgets
+(figures and explorers) · checks (every exercise's check) · notebooks, grade, kernel (student notebooks, grading
+them) · results (the README's and the book's results tables) · files (atomic writes).
 """
+
+# ruff: noqa: E402 (the clock starts before the imports below)
+import time
+
+IMPORTED_AT = time.perf_counter()  # `python -m vit_course train` counts its budget from here, torch's import included
 
 from . import checks as checks  # the exercise checks: checks.MultiHeadAttention(MultiHeadAttention)
 from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads

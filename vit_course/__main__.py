@@ -2,41 +2,28 @@
 RECIPE``, ``... notebooks``, ``... grade NOTEBOOK`` and ``... results``."""
 
 import argparse
-import os
 import sys
 import time
 
-
-def _process_age():
-    """Seconds since this process started (Linux; else 0), so the budget counts Python's and torch's start-up."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time in clock ticks after boot
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
-
-
-STARTED = time.perf_counter() - _process_age()  # the command's wall clock, start-up included
+from . import IMPORTED_AT
 
 
 def build_parser():
+    from .recipes import RECIPES
+
     parser = argparse.ArgumentParser(prog="python -m vit_course", description="Vision Transformers from scratch")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a ViT with a recipe (defaults: the time-budgeted CPU ones)",
                                 description="Train a ViT with a recipe and write DIR/model.pt, DIR/metrics.json "
                                             "and DIR/curves.png.")
-    train.add_argument("recipe", choices=["mnist", "cifar10", "cifar10-plain", "cifar10-plain-mix", "cifar10-gpu"],
-                       help="the recipe (see recipes.py)")
+    train.add_argument("recipe", choices=list(RECIPES), help="the recipe (see recipes.py)")
     train.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
     train.add_argument("--out", help="output folder (default: runs/RECIPE)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best one here)")
     train.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")
     train.add_argument("--time-budget", type=float, help="seconds for the whole command (default: the recipe's; "
                                                          "0 = none)")
-    train.add_argument("--threads", type=int, help="CPU threads (default: all cores, 1 when the machine is busy)")
+    train.add_argument("--threads", type=int, help="CPU threads (default: one per core, 1 when the machine is busy)")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in OUT/checkpoint.pt (same recipe and settings) after its last epoch")
     train.add_argument("--subset", type=int, help=argparse.SUPPRESS)  # tests: train/test on N images
@@ -63,7 +50,8 @@ def main(argv=None):
     from .recipes import train_recipe
 
     budget = args.time_budget
-    started = STARTED if argv_was_none else time.perf_counter()  # main([...]) in a test: from the call
+    # the command's clock starts when the package was imported, torch's import included; main([...]) in a test: now
+    started = IMPORTED_AT if argv_was_none else time.perf_counter()
     metrics = train_recipe(args.recipe, epochs=args.epochs, out=args.out, device=args.device, seed=args.seed,
                            time_budget=budget, subset=args.subset, progress=not args.no_progress, started=started,
                            threads=args.threads, resume=args.resume)

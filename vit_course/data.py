@@ -5,9 +5,9 @@ Files sit under a root (``data_root``) in the layouts the official releases unpa
     ROOT/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
     ROOT/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin     (the binary version: no pickle is loaded)
 
-Missing files are downloaded (``vit_course.download``). Local files are checked by their structure (headers,
-sizes, counts), not by checksum, so re-compressed copies load too. Batches, normalisation and augmentation:
-``vit_course.batches``.
+Missing files are downloaded (``vit_course.download``, which also names the official files). Local files are
+checked by their structure (headers, sizes, counts), not by checksum, so re-compressed copies load too. Batches,
+normalisation and augmentation: ``vit_course.batches``.
 """
 
 import gzip
@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_RECORDS = "cifar-10-binary.tar.gz", "cifar-10-batches-bin", 10_000
-CIFAR_FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
-MNIST_FILES = {split: [f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"]
-               for split, prefix in [("train", "train"), ("test", "t10k")]}
+from .download import CIFAR_DIR, CIFAR_FILES, MNIST_FILES, DatasetCorrupt, DatasetNotFound, fetch
+
+CIFAR_RECORDS = 10_000  # images in each CIFAR-10 batch file
 
 
 # mean and std: per channel in 0..1 pixel units, computed once from the train split of the copies in
@@ -44,14 +43,6 @@ DATASETS = {
     },
 }
 SPLITS = ("train", "test")
-
-
-class DatasetNotFound(FileNotFoundError):
-    """The files of a dataset are not on disk and could not be downloaded."""
-
-
-class DatasetCorrupt(ValueError):
-    """A file on disk or a download is not what it should be (structure or checksum)."""
 
 
 def data_root(root=None):
@@ -89,8 +80,6 @@ def load(name, split="train", root=None, download=True):
     root = data_root(root)
     missing = [f for f in _expected_files(name, split) if not (root / f).is_file()]
     if missing:
-        from .download import fetch  # urllib, tarfile and hashlib only when something is missing
-
         fetch(name, split, root, missing, download)
     count = DATASETS[name]["sizes"][split]
     files = [root / f for f in _expected_files(name, split)]

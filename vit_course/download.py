@@ -1,6 +1,7 @@
 """Downloading MNIST and CIFAR-10 from their official sources (chapters 06-07), checked and extracted safely.
 
-``data.load`` calls ``fetch`` for the files it misses. Downloads are checked against the published MD5s in
+The official files' names and layout live here, and the errors about them. ``data.load`` calls ``fetch`` for
+the files it misses. Downloads are checked against the published MD5s in
 ``MD5`` and written atomically; the CIFAR-10 archive is extracted member by member, refusing any path that
 would leave its folder.
 """
@@ -11,8 +12,13 @@ import urllib.request
 import zlib
 from pathlib import Path, PurePosixPath
 
-from .data import CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_FILES, DatasetCorrupt, DatasetNotFound
 from .files import atomic_write
+
+# The official files, as the releases name and unpack them
+CIFAR_ARCHIVE, CIFAR_DIR = "cifar-10-binary.tar.gz", "cifar-10-batches-bin"
+CIFAR_FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
+MNIST_FILES = {split: [f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"]
+               for split, prefix in [("train", "train"), ("test", "t10k")]}
 
 # Where the files come from, tried in order (the S3 mirror first: the classic address often refuses
 # scripted downloads); tests point these at a loopback server.
@@ -28,6 +34,14 @@ MD5 = {
     "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
     "cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530",
 }
+
+
+class DatasetNotFound(FileNotFoundError):
+    """The files of a dataset are not on disk and could not be downloaded."""
+
+
+class DatasetCorrupt(ValueError):
+    """A file on disk or a download is not what it should be (structure or checksum)."""
 
 
 def fetch(name, split, root, missing, download):
@@ -113,4 +127,5 @@ def extract_cifar(archive, root):
         raise DatasetCorrupt(f"{archive}: lacks {CIFAR_DIR}/{{{', '.join(lacking)}}}")
 
 
-__all__ = ["MD5", "MIRRORS", "download_file", "extract_cifar", "fetch"]
+__all__ = ["CIFAR_FILES", "MD5", "MIRRORS", "MNIST_FILES", "DatasetCorrupt", "DatasetNotFound", "download_file",
+           "extract_cifar", "fetch"]

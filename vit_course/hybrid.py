@@ -5,8 +5,6 @@ chapters 06 and 07 use such a stem because it gives a small model the locality t
 learn from data. ``ViT(stem_channels=...)`` builds it through ``hybrid_stem``.
 """
 
-import math
-
 import torch
 from torch import nn
 
@@ -51,5 +49,6 @@ def hybrid_stem(in_channels, stem_channels, image_size, pool=True):
     height, width = image_size
     if not stem_channels:
         return nn.Identity(), (height, width), in_channels
-    stem = ConvStem(in_channels, tuple(stem_channels), pool)
-    return stem, (math.ceil(height / stem.reduction), math.ceil(width / stem.reduction)), stem.out_channels
+    for _ in stem_channels:  # each stage maps n to ceil(n / 2), as count_parameters counts it too
+        height, width = (height + 1) // 2, (width + 1) // 2
+    return ConvStem(in_channels, tuple(stem_channels), pool), (height, width), stem_channels[-1]

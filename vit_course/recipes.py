@@ -1,8 +1,8 @@
 """Training recipes (chapters 06-07) and the command behind ``python -m vit_course train NAME``.
 
-A recipe is a model config (``ViT`` keyword arguments) plus training settings, with a one-line reason. How
-each was chosen and what it reaches: ``benchmarks/`` (the commands) and ``benchmarks/results/`` (their
-numbers); a shipped run's own numbers are in ``vit_course/checkpoints/NAME/metrics.json``.
+A recipe is a model config (``ViT`` keyword arguments) plus training settings (``loop.TrainConfig``, and the
+batch size), with a line on why. How each was chosen and what it reaches: ``benchmarks/`` (the commands) and
+``benchmarks/results/`` (their numbers); a shipped run's own numbers: ``vit_course/checkpoints/NAME/metrics.json``.
 """
 
 import functools
@@ -18,25 +18,17 @@ import torch
 from .augment import mix_batch
 from .batches import AUGMENT, loaders
 from .checkpoint import read_checkpoint, save_checkpoint
-from .device import ThreadWatch, machine, pick_device, pick_threads
+from .device import machine, pick_device, pick_threads
 from .files import write_json
-from .loop import fit
-from .precision import resolve_amp
+from .loop import TrainConfig, fit, precision
 from .vit import ViT
 
-# epochs=None: the run trains until its time budget is used, its cosine re-planned from the measured pace so it
-# ends decayed (loop.fit), so a faster machine trains longer instead of stopping at a cap; --epochs N fixes them.
+# epochs=None: the run trains until its time budget is used, its cosine re-planned from the measured pace so it ends
+# decayed (loop.learning_rate), so a faster machine trains longer instead of stopping at a cap; --epochs N fixes them.
 RECIPES = {
-    # A hybrid ViT (the paper's section 3.1): a conv stem turns the digit into a 4x4 map of tokens (28 -> 14 -> 7 ->
-    # 4), which learns the strokes in the few epochs five minutes allow. With 120 s on the AMD EPYC (about the epochs
-    # the slowest 2-core machine fits in its budget) the two-stage stem (32, 64), 49 tokens, fitted 1.77 epochs and
-    # ended at 99.04%; three stages (16, 32, 64) fitted 3.9-5.2 epochs and ended at 99.32%, 99.45%, 99.37% (seeds
-    # 0-2), level with (32, 64, 96) (99.42/99.36/99.29%, 2.6-3.0 epochs): the cheaper stem is kept, as it fits more
-    # epochs on a slower machine. A training step costs a third of the two-stage one's (37 against 118 ms,
-    # benchmarks/stem_speed.py). Shifts of 1 pixel: 2 pixels ended 0.1 below (99.32% against 99.42%, stem (32, 64,
-    # 96)). With the two-stage stem at a fixed 2 epochs, lr 4e-3 or 6e-3, batch 64, no shifts, warmup 0.2 and their
-    # combinations ended at 98.93-99.18% against the recipe's 99.03%, and the strided stem fitted 2.01 epochs in 120 s
-    # against 1.77 but ended at 98.62% (benchmarks/results/ablate_mnist.json): none adopted.
+    # A hybrid ViT (the paper's section 3.1): a three-stage conv stem turns a digit into a 4x4 map of 16 tokens,
+    # which learns the strokes in the few epochs five minutes allow on the slowest 2-core machine
+    # (benchmarks/results/ablate_mnist.json, stem_speed.json).
     "mnist": {
         "dataset": "mnist",
         "model": dict(image_size=28, patch_size=1, in_channels=1, num_classes=10, dim=96, depth=2, num_heads=6,
@@ -47,43 +39,22 @@ RECIPES = {
         "time_budget": 285,  # seconds for the whole command, start-up included (target: 300)
         "reserve": 6,  # seconds kept for writing the results
     },
-    # The same hybrid idea for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives the
-    # locality a plain ViT needs 100+ epochs to learn. Flips only: half an hour is too short for crops to pay.
-    # amp="native": bf16 autocast on a CPU with bf16 instructions where a timed step says it is faster
-    # (precision.bf16_pays): 1.23x on an AMD EPYC, so more epochs fit; 0.54x on an Intel Xeon without AMX, which
-    # trains in float32. The MNIST model is too narrow for bf16 kernels to pay (0.67x and 0.43x: slower). All from
-    # benchmarks/train_throughput.py --bf16 --record; three seeds each way on the AMD, with the earlier stem (64, 128),
-    # in benchmarks/results/targets_cifar10-stem64-*.json.
-    # Stem (32, 64, 128): three stages make a 4x4 map, 16 tokens, where two stages made an 8x8 map of 64. The
-    # transformer's steps cost a quarter as much, a step about half (50 against 112 ms, benchmarks/stem_speed.py). In
-    # float32 with the budget scaled to the slower AVX2 machine's pace (840 s on the AMD EPYC) it fitted 17.35 epochs
-    # and reached 82.11% (80.79% one view) where stem (32, 128) fitted 9.08 and reached 77.82% (one view), and (64,
-    # 128) 6.74 epochs, 75.83% (benchmarks/results/ablate_cifar10.json). Fewer, coarser tokens: the paper's hybrids
-    # also feed the transformer a CNN's late, small feature map.
-    # Chosen with the two-stage stem: batch 64 at lr 1.5e-3, not 128 at 2e-3: the model underfits in so few
-    # epochs, and twice the updates per epoch helped at the slower machine's pace (800 s on an Intel Xeon,
-    # float32: 78.90% against 77.66%, 9.6 epochs against 9.0). Max-pooling, not stride-2 convs (stem_pool): those
-    # fitted 12.5 epochs and ended level (77.63%). At a fixed 10 epochs (float32) batch 32 at lr 1e-3, weight
-    # decay 0.01, no label smoothing and lr 2.5e-3 all ended within 0.7 points of the recipe's 79.26%
-    # (78.61-79.58%, one seed each): short of epochs, not settings.
-    # test_flips: the final evaluation averages each test image's class probabilities with its mirror image's (one
-    # more pass over the test set, inside the budget). On trained checkpoints it added 0.48 to 0.67 points at 10,
-    # 19 and 21 epochs (benchmarks/results/flip_tta.json); metrics.json keeps the one-view accuracy beside it.
+    # The same hybrid for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives a small ViT the
+    # locality a plain one needs 100+ epochs to learn; flips without crops and a final evaluation with test-time
+    # flips suit a half-hour run (benchmarks/results/ablate_cifar10.json, flip_tta.json). float32 on a CPU.
     "cifar10": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=2, num_heads=4,
                       mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=(32, 64, 128)),
         "train": dict(epochs=None, batch_size=64, lr=1.5e-3, weight_decay=0.05, warmup_epochs=0.5,
-                      label_smoothing=0.1, min_lr=1e-5, amp="native", test_flips=True),
+                      label_smoothing=0.1, min_lr=1e-5, test_flips=True),
         "augment": dict(padding=0),  # keywords for batches.cifar_augment: no crop, flips only
         "time_budget": 1775,
         "reserve": 10,
     },
-    # The paper's own architecture, no conv stem: 4x4 patches (an 8x8 grid), a class token, a learned position
-    # table, 6 pre-norm blocks. It must learn locality from data, so it trains for a fixed number of epochs (a
-    # long run, resumable with --resume) whose weights chapter 08 inspects. Width 128: a step at width 192 costs
-    # about 1.6 times as much (benchmarks/plain_recipe.py --speed), and a plain ViT short of epochs gains more
-    # from epochs than from width. The standard crop and flip: over 64 epochs the model sees each image many times.
+    # The paper's own architecture, no conv stem: 4x4 patches, a class token, a learned position table, 6 blocks.
+    # It must learn locality from data, so it trains for a fixed number of epochs (a long run, resumable with
+    # --resume) whose weights chapter 08 inspects (benchmarks/results/plain_speed.json: width 128).
     "cifar10-plain": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,
@@ -94,9 +65,8 @@ RECIPES = {
         "time_budget": None,
         "reserve": 0,
     },
-    # The paper's architecture trained the way small-data ViTs are trained (DeiT; Lee et al. 2021; Hassani et al.
-    # 2021): RandAugment, CutMix or Mixup on every batch (labels mixed alike), stochastic depth, a long schedule.
-    # The same network as cifar10-plain, whose test loss rose after about epoch 45 of 64 without them.
+    # cifar10-plain's network trained the way small-data ViTs are (DeiT; Lee et al. 2021; Hassani et al. 2021):
+    # RandAugment, CutMix or Mixup on every batch, stochastic depth, a long schedule.
     "cifar10-plain-mix": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,
@@ -108,8 +78,7 @@ RECIPES = {
         "time_budget": None,
         "reserve": 0,
     },
-    # For a GPU such as Colab's T4, sized from FLOP counts (0.70 GFLOP per image and step, ~10 s per epoch
-    # expected there); it cannot run here, so no accuracy is claimed for it.
+    # For a GPU such as Colab's T4, sized from FLOP counts; it cannot run here, so no accuracy is claimed for it.
     "cifar10-gpu": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=192, depth=6, num_heads=6,
@@ -130,7 +99,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         left after loading the data, minus the recipe's reserve for writing the files.
     subset: train on the first ``subset`` images only and test on as many (for quick tests).
     started: ``time.perf_counter()`` at the command's start (default: now).
-    threads: CPU threads (default: ``pick_threads()``, revisited while training by a ``ThreadWatch``).
+    threads: CPU threads (default: ``device.pick_threads()``).
     resume: continue the run in OUT/checkpoint.pt (written after every epoch) with the same schedule; a
         checkpoint of another recipe, config or settings is refused with both named.
     """
@@ -146,28 +115,22 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
     if resume:
         check_resumable(out / "checkpoint.pt", recipe["model"], run_info)
     device, load_before = pick_device(device), _load_average()
-    watch = None
     if device.type == "cpu":
         torch.set_num_threads(pick_threads(threads))
-        watch = ThreadWatch() if threads is None else None
     torch.manual_seed(seed)
     model = ViT(**recipe["model"])  # the weights depend on the seed only
     train, test = _recipe_loaders(recipe, batch_size, device, seed, subset)
-    # "native": the step timed both ways here, once (its seconds count against the budget), not again in fit
-    precision, trial = resolve_amp(settings.get("amp", "auto"), device, model, test, progress)
     fit_budget = None if budget is None else budget - (time.perf_counter() - started) - recipe["reserve"]
     if fit_budget is not None and fit_budget <= 0:
         raise ValueError(f"time budget of {budget} s is used up before training starts")
-    history = fit(model, train, test, device=device, time_budget=fit_budget, checkpoint=out / "checkpoint.pt",
-                  seed=seed, progress=progress, resume=resume, on_step=watch, run_info=run_info,
-                  **{**settings, "amp": precision or "off"})
+    config = TrainConfig(**settings, time_budget=fit_budget, seed=seed)
+    history = fit(model, train, test, config, device=device, checkpoint=out / "checkpoint.pt", resume=resume,
+                  progress=progress, run_info=run_info)
     metrics = {
         "recipe": name, "dataset": recipe["dataset"], **_accuracies(history, settings),
         "test_loss": history["test_loss"][-1], "epochs": history["epoch"][-1], "planned_epochs": settings["epochs"],
         "train_seconds": round(history["seconds"][-1], 1), "params": sum(p.numel() for p in model.parameters()),
-        "device": str(device), "precision": precision or "fp32", "bf16_trial": trial,
-        "threads": torch.get_num_threads(),
-        "thread_changes": watch.changes if watch is not None else [],  # (seconds, threads) the watch set
+        "device": str(device), "precision": precision(config.amp, device), "threads": torch.get_num_threads(),
         "torch": str(torch.__version__),  # a str subclass, which weights_only loading refuses
         "python": platform.python_version(), "seed": seed, "batch_size": batch_size, "time_budget": budget,
         "cpu_load_before": load_before, "cpu_load_after": _load_average(), "machine": machine(),
@@ -229,6 +192,14 @@ def full_config(config):
     return {**defaults, **config}
 
 
+def _without_native_amp(settings):
+    """A checkpoint's settings, less ``amp="native"``: the cifar10 recipe's setting until float32 became the CPU's
+    rule (the bf16 it could choose was timed no faster for the present model), so such a run resumes in float32."""
+    if settings is None:
+        return None
+    return {key: value for key, value in settings.items() if (key, value) != ("amp", "native")}
+
+
 def check_resumable(path, config, run_info):
     """Refuse to resume ``path`` unless it is a run of the same recipe, model config and settings."""
     path = Path(path)
@@ -237,7 +208,7 @@ def check_resumable(path, config, run_info):
                                 f"when it finishes)")
     stored = read_checkpoint(path)
     theirs = {"recipe": stored.get("recipe"), "config": full_config(stored["config"]),
-              "settings": stored.get("settings")}
+              "settings": _without_native_amp(stored.get("settings"))}
     ours = {"recipe": run_info["recipe"], "config": full_config(config), "settings": run_info["settings"]}
     plain = functools.partial(json.dumps, sort_keys=True, default=list)  # tuples and lists compare equal
     differ = [key for key in ours if plain(ours[key]) != plain(theirs[key])]

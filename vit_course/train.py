@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 NO_DECAY_NAMES = ("cls_token", "pos_embed")
 
@@ -88,29 +89,32 @@ def evaluate(model, batches):
     return total_loss / count, correct / count
 
 
-@torch.no_grad()
+class MirrorAverage(nn.Module):
+    """``model`` that sees each image twice, as it is and mirrored left-right, and averages the two predictions.
+
+    forward(x (b, C, H, W)) -> (b, classes): the log of the mean of the two views' class probabilities, which
+    ``evaluate`` takes as logits (their softmax is that mean, their argmax its most probable class).
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):  # x (b, C, H, W): W, the last axis, is left-right
+        views = self.model(x).float().softmax(dim=-1) + self.model(x.flip(-1)).float().softmax(dim=-1)  # (b, classes)
+        return (views / 2).log()  # (b, classes)
+
+
 def evaluate_flips(model, batches):
     """``evaluate``, and the accuracy with each image's class probabilities averaged with its mirror image's.
 
     A model trained on left-right flips knows both views of a test image; where it is unsure, they disagree, and
-    their average decides (test-time augmentation; benchmarks/flip_tta.py measures it). One more forward pass
-    per image. For images whose mirror is the same class (CIFAR-10, not digits).
-    -> (mean cross-entropy, accuracy, flip accuracy), the first two of the images as they are, all 0..1 but the loss
+    their average decides (test-time augmentation; benchmarks/flip_tta.py measures it). Two more forward passes
+    per image, so ``batches`` must be iterable twice. For images whose mirror is the same class (CIFAR-10, not
+    digits). -> (mean cross-entropy, accuracy, flip accuracy), the first two of the images as they are.
     """
-    device = next(model.parameters()).device
-    total_loss, correct, flip_correct, count = 0.0, 0, 0, 0
-    with eval_mode(model):
-        for x, y in batches:
-            x, y = x.to(device), y.to(device)  # x (b, C, H, W): W, the last axis, is left-right
-            logits = model(x).float()  # (b, classes)
-            both = logits.softmax(dim=-1) + model(x.flip(-1)).float().softmax(dim=-1)  # (b, classes)
-            total_loss += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(dim=1) == y).sum().item()
-            flip_correct += (both.argmax(dim=1) == y).sum().item()
-            count += len(y)
-    if count == 0:
-        raise ValueError("evaluate_flips got no batches")
-    return total_loss / count, correct / count, flip_correct / count
+    loss, accuracy = evaluate(model, batches)
+    return loss, accuracy, evaluate(MirrorAverage(model), batches)[1]
 
 
-__all__ = ["eval_mode", "evaluate", "evaluate_flips", "param_groups", "train_step", "warmup_cosine"]
+__all__ = ["MirrorAverage", "eval_mode", "evaluate", "evaluate_flips", "param_groups", "train_step", "warmup_cosine"]

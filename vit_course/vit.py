@@ -149,7 +149,7 @@ def count_parameters(image_size, patch_size, in_channels, num_classes, dim, dept
     stem = 0
     for c_out in stem_channels or ():
         stem += 9 * channels * c_out + 2 * c_out  # conv3x3 without bias + BatchNorm's scale and shift
-        channels, height, width = c_out, height // 2, width // 2
+        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2  # a stage rounds up: 7 -> 4
     num_patches = (height // patch_size) * (width // patch_size)
     patch_embed = patch_size * patch_size * channels * dim + dim
     tokens = dim * class_token + (num_patches + class_token) * dim * (pos_embed == "learned")

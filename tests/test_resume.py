@@ -1,0 +1,119 @@
+"""``--resume`` continues checkpoints that earlier versions of the course wrote, with the same schedule and settings.
+
+f793782 is the commit before ``fit`` took a ``TrainConfig`` and mixed precision became a plain rule; a19f077, with
+the same training loop, started the long cifar10-plain-mix run (RandAugment's ops applied with probability 0.5),
+which writes its checkpoint.pt after every epoch, and the present code must carry it on.
+"""
+
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+import torch
+
+from vit_course import ViT, load_checkpoint, recipes
+from vit_course.checkpoint import save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE = "a19f077"  # the commit whose checkpoints must resume (f793782's loop, the long run's recipe)
+needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+
+# run_info["settings"] as f793782's and a19f077's train_recipe stored them in every checkpoint, written out by hand
+SETTINGS_BEFORE = {
+    "cifar10-plain-mix": {"epochs": 150, "lr": 2e-3, "weight_decay": 0.05, "warmup_epochs": 5, "label_smoothing": 0.1,
+                          "min_lr": 1e-5, "batch_size": 128, "augment": {"padding": 4, "rand_ops": 2, "magnitude": 9,
+                                                                               "rand_prob": 0.5},
+                          "mix": {"cutmix": 1.0, "mixup": 0.8, "switch": 0.5}, "seed": 0},
+    "cifar10": {"epochs": None, "lr": 1.5e-3, "weight_decay": 0.05, "warmup_epochs": 0.5, "label_smoothing": 0.1,
+                "min_lr": 1e-5, "amp": "native", "test_flips": True, "batch_size": 64, "augment": {"padding": 0},
+                "seed": 0},
+    "mnist": {"epochs": None, "lr": 2e-3, "weight_decay": 0.05, "warmup_epochs": 0.5, "label_smoothing": 0.1,
+              "min_lr": 1e-5, "batch_size": 128, "augment": {"max_shift": 1}, "seed": 0},
+}
+
+
+class Accepted(Exception):
+    """Raised where train_recipe goes on after its resume check: the checkpoint was accepted."""
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS_BEFORE))
+def test_the_settings_stored_before_are_accepted_and_others_refused(tmp_path, monkeypatch, name):
+    def accepted(device=None):
+        raise Accepted
+
+    monkeypatch.setattr(recipes, "pick_device", accepted)  # the first thing train_recipe does after the check
+    model = ViT(**recipes.RECIPES[name]["model"])
+    for settings, expected in ((SETTINGS_BEFORE[name], Accepted), ({**SETTINGS_BEFORE[name], "seed": 1}, ValueError)):
+        save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings=settings)
+        with pytest.raises(expected):
+            recipes.train_recipe(name, out=tmp_path, resume=True, progress=False)
+    save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings={**SETTINGS_BEFORE[name], "amp": "bf16"})
+    with pytest.raises(ValueError, match="settings differ"):  # only "native", the default it became, is let through
+        recipes.train_recipe(name, out=tmp_path, resume=True, progress=False)
+
+
+OLD_RUNS = """
+import sys
+import vit_course.loop
+from vit_course.recipes import train_recipe
+
+out = sys.argv[1]
+arguments = dict(epochs=2, subset=128, device="cpu", threads=1, progress=False)
+train_recipe("cifar10-plain-mix", out=out + "/whole", **arguments)
+save = vit_course.loop.save_checkpoint
+
+
+def save_then_stop(*args, **kwargs):  # Ctrl-C right after the first epoch's checkpoint
+    save(*args, **kwargs)
+    raise KeyboardInterrupt
+
+
+vit_course.loop.save_checkpoint = save_then_stop
+try:
+    train_recipe("cifar10-plain-mix", out=out + "/stopped", **arguments)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+def _old_package(folder):
+    """vit_course as it was at ``BEFORE``, unpacked into ``folder`` from the repository; None without git or it."""
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE, "vit_course"], capture_output=True,
+                                 check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+@needs_data
+def test_a_run_stopped_under_the_earlier_code_resumes_to_the_same_weights(tmp_path):
+    """a19f077 trains two epochs of the recipe whole, and again stopped after the first; this code resumes the
+    stopped one. The weights and the history must come out as the whole run's: the same schedule, the same steps."""
+    old = _old_package(tmp_path / "old")
+    if old is None:
+        pytest.skip(f"needs git and commit {BEFORE}")
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    subprocess.run([sys.executable, "-c", textwrap.dedent(OLD_RUNS), str(tmp_path)], env=env, check=True,
+                   cwd=tmp_path)
+    stopped = torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)
+    assert stopped["epoch"] == 1 and stopped["settings"] == {**SETTINGS_BEFORE["cifar10-plain-mix"], "epochs": 2}
+    threads = torch.get_num_threads()
+    try:
+        recipes.train_recipe("cifar10-plain-mix", out=tmp_path / "stopped", resume=True, epochs=2, subset=128,
+                             device="cpu", threads=1, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    whole, whole_state = load_checkpoint(tmp_path / "whole" / "model.pt")
+    resumed, resumed_state = load_checkpoint(tmp_path / "stopped" / "model.pt")
+    for key in ("epoch", "train_loss", "test_loss", "test_acc", "lr"):
+        assert resumed_state["history"][key] == whole_state["history"][key], key
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
