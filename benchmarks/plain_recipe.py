@@ -1,7 +1,7 @@
 """How the ``cifar10-plain`` recipe was chosen: the cost of a training step of candidate widths, and short runs.
 
 ``--speed`` times one training step (batch 128, 2 threads) of each candidate config in one process, alternately
-and repeatedly, in float32 and under bfloat16 autocast, and writes benchmarks/results/plain_speed.json: how
+and repeatedly, in float32 and under bfloat16 autocast, and writes benchmarks/results/plain_recipe_speed.json: how
 many epochs each candidate gets from the same hours. ``--runs`` trains each candidate for a short time budget
 (``benchmarks/ablate.py`` in a fresh process, one after another) and appends to
 benchmarks/results/plain_recipe.json. Short runs favour small, fast models, and both measurements need the
@@ -100,7 +100,7 @@ def main(argv=None):
     RESULTS.mkdir(exist_ok=True)
     if args.speed:
         result = speed(threads=args.threads)
-        write_json(RESULTS / "plain_speed.json", result)
+        write_json(RESULTS / "plain_recipe_speed.json", result)
         print(json.dumps(result["median_epoch_seconds"], indent=1))
     if args.runs:
         path = RESULTS / "plain_recipe.json"

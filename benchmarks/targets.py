@@ -3,13 +3,16 @@
 MNIST: >= 99.3% test accuracy within 300 s; CIFAR-10: >= 80% within 1800 s (whole command, start-up and data
 loading included). Runs the CLI with seeds 0..runs-1, one after another, and records for each run its accuracy,
 wall seconds (process start to exit), epochs done, threads and the 1-minute load average before it, with the
-machine (CPU, vector ISA, native bf16). Writes benchmarks/results/targets_NAME.json, which
-`python -m vit_course results` turns into the README's and the book's table of seeds. One run at a time: on a
-shared machine the load decides how many epochs fit in the budget, so it is recorded with the numbers.
+machine (CPU, vector ISA, native bf16). ``--record`` stores them in benchmarks/results/targets.json as one variant
+(by default named after the recipe: the recipe as it stands; an earlier version or another machine gets its own
+``--variant`` name and a one-line ``--description``), which `python -m tools.results` turns into the README's and
+the book's table of seeds. One run at a time: on a shared machine the load decides how many epochs fit in the
+budget, so it is recorded with the numbers.
 
-    python benchmarks/targets.py mnist --runs 3
-    python benchmarks/targets.py cifar10 --runs 3 --out runs/bench
-    python benchmarks/targets.py cifar10 --seeds 1 2 --append   # more seeds beside the stored ones
+    python benchmarks/targets.py mnist --runs 3 --record
+    python benchmarks/targets.py cifar10 --runs 3 --out runs/bench --record
+    python benchmarks/targets.py cifar10 --seeds 1 2 --append --record   # more seeds beside the stored ones
+    python benchmarks/targets.py cifar10 --seeds 0 --variant xeon-amx --description "one seed on ..." --record
 """
 
 import argparse
@@ -27,6 +30,9 @@ from vit_course.files import write_json
 from vit_course.results import one_view_accuracy
 
 TARGETS = {"mnist": (0.993, 300), "cifar10": (0.80, 1800)}
+WHAT = ("seed runs of the whole `python -m vit_course train RECIPE` command, timed from outside by "
+        "benchmarks/targets.py; one entry per variant: the recipe as it stands (its name is the recipe's) or an "
+        "earlier version of it, or the same one on another machine, kept for comparison")
 
 
 def run_once(name, seed, out):
@@ -56,20 +62,46 @@ def summary(name, runs):
             "max_wall_seconds": max(walls), "runs": runs}
 
 
+def stored_variant(path, recipe, variant):
+    """The variant (recipe, variant) stored in the targets file ``path``, or None."""
+    variants = json.loads(path.read_text())["variants"] if path.is_file() else []
+    return next((v for v in variants if (v["recipe"], v["name"]) == (recipe, variant)), None)
+
+
+def record(path, entry):
+    """Write ``entry`` (a variant: recipe, name, description, summary, runs) into the targets file ``path``, replacing
+    the stored variant of the same recipe and name; the others keep their place."""
+    stored = json.loads(path.read_text()) if path.is_file() else {"what": WHAT, "variants": []}
+    key = (entry["recipe"], entry["name"])
+    others = [v for v in stored["variants"] if (v["recipe"], v["name"]) != key]
+    stored["variants"] = sorted(others + [entry], key=lambda v: (v["recipe"], v["name"] != v["recipe"], v["name"]))
+    write_json(path, stored)
+
+
 def main(argv=None, run=run_once):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=sorted(TARGETS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default="runs/bench", help="where the runs write their models")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where targets_NAME.json goes")
+    parser.add_argument("--record", action="store_true", help="store the runs in RESULTS/targets.json")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where targets.json is")
+    parser.add_argument("--variant", help="the name the runs are stored under (default: the recipe's)")
+    parser.add_argument("--description", help="one line on what the variant is (a new variant needs one)")
     parser.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..runs-1")
     parser.add_argument("--append", action="store_true",
-                        help="keep the other seeds already in targets_NAME.json (a seed run again is replaced)")
+                        help="keep the variant's other seeds already stored (a seed run again is replaced)")
     args = parser.parse_args(argv)
     accuracy_target, seconds_target = TARGETS[args.name]
-    path = args.results / f"targets_{args.name}.json"
+    path, variant = args.results / "targets.json", args.variant or args.name
+    before = stored_variant(path, args.name, variant)
+    description = args.description or (before or {}).get("description") or (
+        "the recipe as it stands" if variant == args.name else None)
+    if args.record and not description:
+        parser.error(f"variant {variant!r} of {args.name} is not in {path} yet: say what it is with --description")
+    if args.append and before is None:
+        parser.error(f"--append: no variant {variant!r} of {args.name} in {path} to add seeds to")
     seeds = args.seeds if args.seeds is not None else range(args.runs)
-    kept = [r for r in json.loads(path.read_text())["runs"] if r["seed"] not in seeds] if args.append else []
+    kept = [r for r in before["runs"] if r["seed"] not in seeds] if args.append else []
     runs = []
     for seed in seeds:
         result = run(args.name, seed, Path(args.out) / f"{args.name}-seed{seed}")
@@ -79,7 +111,8 @@ def main(argv=None, run=run_once):
               f"{result['epochs']:.2f} epochs, {result['threads']} threads, load {result['load_before']:.1f} -> "
               f"{'meets' if ok else 'misses'} the target", flush=True)
     result = summary(args.name, sorted(kept + runs, key=lambda r: r["seed"]))
-    write_json(path, result)
+    if args.record:
+        record(path, {"recipe": args.name, "name": variant, "description": description, **result})
     print(f"{args.name}: accuracy mean {result['mean_accuracy']:.2%}, std {result['std_accuracy']:.2%} (min "
           f"{result['min_accuracy']:.2%}, max {result['max_accuracy']:.2%}); wall max {result['max_wall_seconds']:.0f}"
           f" s (target {accuracy_target:.1%} in {seconds_target} s)")

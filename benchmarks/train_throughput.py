@@ -4,8 +4,8 @@ Measures (1) GFLOP/s of a big square matmul (fp32, and bf16 at a smaller size), 
 model, the FLOPs of one training step (forward + backward, counted by torch's FlopCounterMode: matmuls,
 convolutions, attention) and its wall time, so achieved GFLOP/s and their share of (1); optionally (3) the
 step under bf16 autocast and (4) the step of the model compiled by ``torch.compile``, each alternated with the
-plain float32 step (``--record`` keeps these comparisons in benchmarks/results/bf16_speedup.json and
-compile_speedup.json). Prints the 1-minute load average before and after: on a shared
+plain float32 step (``--record`` keeps these comparisons in benchmarks/results/train_throughput_bf16.json and
+train_throughput_compile.json). Prints the 1-minute load average before and after: on a shared
 machine every number scales with it.
 
     python benchmarks/train_throughput.py [--threads N] [--steps 5] [--size 2048] [--bf16] [--compile] [--record]
@@ -62,8 +62,8 @@ def compile_speedup(name, rounds):
 
 
 COMPARISONS = {  # flag: (function, what its ratio means, the file --record appends to)
-    "bf16": (bf16_speedup, "float32 and bf16 autocast steps", "bf16_speedup.json"),
-    "compile": (compile_speedup, "eager and torch.compile'd float32 steps", "compile_speedup.json"),
+    "bf16": (bf16_speedup, "float32 and bf16 autocast steps", "train_throughput_bf16.json"),
+    "compile": (compile_speedup, "eager and torch.compile'd float32 steps", "train_throughput_compile.json"),
 }
 
 
@@ -75,7 +75,7 @@ def main(argv=None):
     parser.add_argument("--bf16", action="store_true", help="also time bf16 matmul and the bf16 autocast step")
     parser.add_argument("--compile", action="store_true", help="also time the torch.compile'd step")
     parser.add_argument("--record", action="store_true", help="append the step comparisons asked for to "
-                        "benchmarks/results/bf16_speedup.json and compile_speedup.json")
+                        "benchmarks/results/train_throughput_bf16.json and train_throughput_compile.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load, compared = os.getloadavg()[0], {flag: [] for flag in COMPARISONS if getattr(args, flag)}

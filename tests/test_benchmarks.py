@@ -64,43 +64,77 @@ def test_a_model_at_a_higher_resolution_keeps_its_weights_and_resamples_position
     assert torch.equal(bigger.patch_embed.proj.weight, model.patch_embed.proj.weight)
 
 
+def fake_run(name, seed, out):  # what targets.run_once returns, without training
+    return {"seed": seed, "test_accuracy": [0.991, 0.995, 0.993][seed], "wall_seconds": 290.0 + seed,
+            "epochs": 4.5 + seed, "threads": 2, "thread_changes": [], "load_before": 0.1,
+            "machine": {"cpu": "Some CPU", "vector_isa": "avx512"}}
+
+
 def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp_path):
-    from vit_course import results
+    from tools import results
 
-    def fake_run(name, seed, out):  # what run_once returns, without training
-        return {"seed": seed, "test_accuracy": [0.991, 0.995, 0.993][seed], "wall_seconds": 290.0 + seed,
-                "epochs": 4.5 + seed, "threads": 2, "thread_changes": [], "load_before": 0.1,
-                "machine": {"cpu": "Some CPU", "vector_isa": "avx512"}}
-
-    summary = benchmark("targets").main(["mnist", "--runs", "3", "--results", str(tmp_path)], run=fake_run)
-    stored = json.loads((tmp_path / "targets_mnist.json").read_text())
-    assert stored == json.loads(json.dumps(summary)) and [r["seed"] for r in stored["runs"]] == [0, 1, 2]
+    targets, path = benchmark("targets"), tmp_path / "targets.json"
+    targets.main(["mnist", "--runs", "3", "--results", str(tmp_path)], run=fake_run)
+    assert not path.exists()  # without --record nothing is stored
+    summary = targets.main(["mnist", "--runs", "3", "--record", "--results", str(tmp_path)], run=fake_run)
+    (stored,) = json.loads(path.read_text())["variants"]
+    assert stored == {"recipe": "mnist", "name": "mnist", "description": "the recipe as it stands",
+                      **json.loads(json.dumps(summary))} and [r["seed"] for r in stored["runs"]] == [0, 1, 2]
     assert stored["mean_accuracy"] == pytest.approx(0.993) and stored["std_accuracy"] == pytest.approx(0.002)
     assert stored["target"] == {"test_accuracy": 0.993, "wall_seconds": 300} and stored["max_wall_seconds"] == 292.0
-    again = benchmark("targets").main(["mnist", "--seeds", "2", "--append", "--results", str(tmp_path)],
-                                      run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": 0.99})
+    again = targets.main(["mnist", "--seeds", "2", "--append", "--record", "--results", str(tmp_path)],
+                         run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": 0.99})
     assert [r["seed"] for r in again["runs"]] == [0, 1, 2] and again["max_accuracy"] == pytest.approx(0.995)
     assert again["runs"][2]["test_accuracy"] == 0.99 and again["runs"][:2] == stored["runs"][:2]
-    benchmark("targets").main(["mnist", "--runs", "3", "--results", str(tmp_path)], run=fake_run)  # as before
+    targets.main(["mnist", "--runs", "3", "--record", "--results", str(tmp_path)], run=fake_run)  # as before
     (row,) = results.seed_rows(tmp_path)
     assert row == ["mnist", "float32", "99.3% in 300 s", "3", "99.30% ± 0.20% (99.10% to 99.50%)", "292 s",
                    "4.50 to 6.50", "Some CPU, avx512"]  # runs recorded without a precision trained in float32
     assert results.precision({"precision": "bf16"}) == "bf16 autocast"
     table = "\n".join(results.seeds_table(tmp_path))
     assert "| mnist | float32 | 99.3% in 300 s | 3 |" in table
-    (tmp_path / "targets_mnist-wider.json").write_text((tmp_path / "targets_mnist.json").read_text())
-    assert [row[0] for row in results.seed_rows(tmp_path)] == ["mnist", "mnist, wider"]  # an earlier version: after
     assert "No seed runs" in results.seeds_table(tmp_path / "empty")[0]
-    benchmark("targets").main(["mnist", "--seeds", "1", "--results", str(tmp_path / "one")], run=fake_run)
-    (row,) = results.seed_rows(tmp_path / "one")  # one seed has no spread: its accuracy and epochs alone
+
+
+def test_a_variant_of_a_recipe_is_stored_under_its_name_with_its_description(tmp_path):
+    from tools import results
+
+    targets, path = benchmark("targets"), tmp_path / "targets.json"
+    with pytest.raises(SystemExit):  # a new variant must say what it is
+        targets.main(["mnist", "--seeds", "1", "--variant", "wider", "--record", "--results", str(tmp_path)],
+                     run=fake_run)
+    with pytest.raises(SystemExit):  # nothing stored to add seeds to
+        targets.main(["mnist", "--seeds", "1", "--append", "--record", "--results", str(tmp_path)], run=fake_run)
+    targets.main(["mnist", "--seeds", "1", "--variant", "wider", "--description", "dim 96", "--record",
+                  "--results", str(tmp_path)], run=fake_run)
+    targets.main(["mnist", "--runs", "2", "--record", "--results", str(tmp_path)], run=fake_run)
+    targets.main(["mnist", "--seeds", "0", "--variant", "wider", "--append", "--record", "--results", str(tmp_path)],
+                 run=fake_run)  # the description stays
+    variants = json.loads(path.read_text())["variants"]
+    assert [(v["name"], v["description"], len(v["runs"])) for v in variants] == [
+        ("mnist", "the recipe as it stands", 2), ("wider", "dim 96", 2)]  # the recipe first, then its variants
+    assert [row[0] for row in results.seed_rows(tmp_path)] == ["mnist", "mnist, wider"]
+    one = tmp_path / "one"
+    targets.main(["mnist", "--seeds", "1", "--record", "--results", str(one)], run=fake_run)
+    (row,) = results.seed_rows(one)  # one seed has no spread: its accuracy and epochs alone
     assert row[3:7] == ["1", "99.50% (one seed)", "291 s", "5.50"]
-    flipped = benchmark("targets").main(  # a recipe whose final evaluation averaged mirror images says so
-        ["cifar10", "--runs", "2", "--results", str(tmp_path / "flips")],
+    flipped = targets.main(  # a recipe whose final evaluation averaged mirror images says so
+        ["cifar10", "--runs", "2", "--record", "--results", str(tmp_path / "flips")],
         run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": [0.81, 0.82][seed],
                                      "test_accuracy_one_view": [0.80, 0.81][seed]})
     assert flipped["mean_accuracy"] == pytest.approx(0.815)
     (row,) = results.seed_rows(tmp_path / "flips")
     assert row[4] == "81.50% ± 0.71% (81.00% to 82.00%) with test-time flips; one view 80.50% ± 0.71%"
+
+
+def test_every_stored_variant_names_its_recipe_and_says_what_it_is():
+    from vit_course.results import measurement
+
+    variants = measurement("targets")["variants"]
+    assert len({(v["recipe"], v["name"]) for v in variants}) == len(variants)
+    for v in variants:
+        assert v["recipe"] in RECIPES and v["description"].strip() and "\n" not in v["description"], v["name"]
+    assert {v["recipe"] for v in variants if v["name"] == v["recipe"]} == {"mnist", "cifar10"}
 
 
 @pytest.mark.parametrize("name", ["data_scaling", "finetune_resolution"])
@@ -167,7 +201,7 @@ def test_bf16_speedup_alternates_the_two_steps_and_records_the_ratio(tmp_path, m
     monkeypatch.setattr(throughput, "step_flops_and_seconds", lambda *args, **kwargs: (1e9, 0.01))
     for _ in range(2):
         throughput.main(["--bf16", "--record", "--steps", "2"])
-    runs = json.loads((tmp_path / "bf16_speedup.json").read_text())["runs"]
+    runs = json.loads((tmp_path / "train_throughput_bf16.json").read_text())["runs"]
     assert len(runs) == 2 and [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"]  # appended
     assert runs[0]["steps"][1]["model"]["stem_channels"] == list(RECIPES["cifar10"]["model"]["stem_channels"])
     assert runs[0]["matmul_gflops"] == {"fp32_2048": 100.0, "bf16_512": 100.0, "fp32_512": 100.0}
@@ -194,8 +228,8 @@ def test_compile_speedup_counts_the_first_compiled_step_and_alternates_after_it(
     monkeypatch.setattr(throughput, "matmul_gflops", lambda *args, **kwargs: 100.0)
     monkeypatch.setattr(throughput, "step_flops_and_seconds", lambda *args, **kwargs: (1e9, 0.01))
     throughput.main(["--compile", "--record", "--steps", "2"])
-    assert not (tmp_path / "bf16_speedup.json").exists()  # only what was asked for is recorded
-    runs = json.loads((tmp_path / "compile_speedup.json").read_text())["runs"]
+    assert not (tmp_path / "train_throughput_bf16.json").exists()  # only what was asked for is recorded
+    runs = json.loads((tmp_path / "train_throughput_compile.json").read_text())["runs"]
     assert [s["recipe"] for s in runs[0]["steps"]] == ["mnist", "cifar10"] and "compile_seconds" in runs[0]["steps"][0]
 
 

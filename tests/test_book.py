@@ -27,7 +27,8 @@ import course_recipes  # noqa: E402
 from course_chapters import COLAB_LINK, fold_solutions, point_book_links, strip_markers  # noqa: E402
 from course_results import format_seconds, read_metrics, results_rows  # noqa: E402
 
-from vit_course.results import measurement, seed_rows  # noqa: E402
+from tools.results import seed_rows  # noqa: E402
+from vit_course.results import measurement  # noqa: E402
 
 pytestmark = pytest.mark.book
 CHAPTERS = book_build.CHAPTERS

@@ -1,4 +1,4 @@
-"""The command line: ``train`` writes the promised files; ``notebooks`` is handed on to its module."""
+"""The command line: ``train`` writes the promised files; ``grade`` is handed on to its module."""
 
 import json
 import os
@@ -80,13 +80,21 @@ def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):
     assert amp_settings("auto", torch.device("cpu")) == (None, None)
 
 
-def test_notebooks_is_dispatched_lazily(monkeypatch):
+def test_grade_is_dispatched_lazily(monkeypatch):
     seen = []
-    fake = types.ModuleType("vit_course.notebooks")
+    fake = types.ModuleType("vit_course.grade")
     fake.main = lambda argv: seen.append(argv) or 7
-    monkeypatch.setitem(sys.modules, "vit_course.notebooks", fake)
-    assert main(["notebooks", "--check", "x"]) == 7
-    assert seen == [["--check", "x"]]
+    monkeypatch.setitem(sys.modules, "vit_course.grade", fake)
+    assert main(["grade", "--help", "x"]) == 7
+    assert seen == [["--help", "x"]]
+
+
+@pytest.mark.parametrize("command", ["notebooks", "results"])
+def test_the_maintainers_tools_are_not_the_learners_commands(command, capsys):
+    """Student notebooks and the README's tables are written by tools/ in the repository (python -m tools.NAME)."""
+    with pytest.raises(SystemExit):
+        main([command])
+    assert "invalid choice" in capsys.readouterr().err
 
 
 def test_bad_arguments_are_rejected(capsys):

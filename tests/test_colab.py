@@ -45,7 +45,7 @@ def test_colab_link_opens_an_existing_student_notebook(chapter):
     _written(chapter)
     for folder in ("solutions", "notebooks"):  # the book shows the solution; Colab opens the student's copy
         path = ROOT / folder / f"{chapter}.ipynb"
-        assert path.is_file(), f"{path.relative_to(ROOT)} is missing (python -m vit_course notebooks)"
+        assert path.is_file(), f"{path.relative_to(ROOT)} is missing (python -m tools.notebooks)"
         first = nbformat.read(path, as_version=4).cells[0]
         links = [m["path"] for m in COLAB_LINK.finditer(first.source)]
         assert links == [f"notebooks/{chapter}.ipynb"], f"{folder}/{chapter}: Colab links {links}"

@@ -2,8 +2,8 @@
 
 import pytest
 
+from tools.results import _where
 from vit_course import device
-from vit_course.results import _where
 
 
 def test_pick_threads(monkeypatch):

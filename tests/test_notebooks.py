@@ -17,7 +17,8 @@ import nbformat
 import pytest
 
 import vit_course
-from vit_course import files, notebooks
+from tools import notebooks
+from vit_course import files
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -208,7 +209,7 @@ def test_student_notebooks_are_in_sync():
     if not SOLUTIONS:
         pytest.skip("solutions/ is still empty")
     stale = notebooks.generate(ROOT, check=True, log=lambda _: None)
-    assert not stale, f"out of date (run `python -m vit_course notebooks`): {[str(p) for p in stale]}"
+    assert not stale, f"out of date (run `python -m tools.notebooks`): {[str(p) for p in stale]}"
 
 
 @pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.stem)
@@ -250,7 +251,7 @@ def fill_in(student_source, solution_source):
         else:
             out.append(lines[i])
             i += 1
-    assert not regions, "more solution regions than stubs: notebooks/ is stale, run `python -m vit_course notebooks`"
+    assert not regions, "more solution regions than stubs: notebooks/ is stale, run `python -m tools.notebooks`"
     return "\n".join(out)
 
 

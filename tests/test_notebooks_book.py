@@ -12,7 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from vit_course import files, notebooks
+from tools import notebooks
+from vit_course import files
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "book" / "_ext"

@@ -40,7 +40,7 @@ def test_no_torchvision_anywhere():
 def test_binder_post_build_is_executable():
     post_build = ROOT / "postBuild"  # Binder ignores root files when a binder/ folder exists
     assert post_build.stat().st_mode & 0o111
-    assert "vit_course notebooks" in post_build.read_text()
+    assert "tools.notebooks" in post_build.read_text()
 
 
 def test_make_setup_installs_the_lab_extra_and_make_lab_opens_the_notebooks():

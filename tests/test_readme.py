@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vit_course.results import accuracy_cell, epochs_cell
+from tools.results import epochs_cell
+from vit_course.results import accuracy_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,9 +45,9 @@ def test_readme_quick_start_is_make_book_and_make_test():
 
 
 def test_readme_results_table_is_written_from_the_metrics(tmp_path):
-    from vit_course import results
+    from tools import results
 
-    assert results.main(["--check"]) == 0, "run `python -m vit_course results`"
+    assert results.main(["--check"]) == 0, "run `python -m tools.results`"
     for run, _ in results.RUNS[:2]:  # a retrained run changes the table
         (tmp_path / run).mkdir()
         metrics = json.loads((ROOT / "vit_course" / "checkpoints" / run / "metrics.json").read_text())

@@ -1,5 +1,6 @@
 """The command line (chapters 06-08 train with it; every chapter grades with it): ``python -m vit_course train
-RECIPE``, ``... notebooks``, ``... grade NOTEBOOK`` and ``... results``."""
+RECIPE`` and ``python -m vit_course grade NOTEBOOK``. The maintainers' tools (student notebooks, the README's
+tables) are ``python -m tools.notebooks`` and ``python -m tools.results`` in the repository."""
 
 import argparse
 import sys
@@ -28,24 +29,18 @@ def build_parser():
                        help="continue the run in OUT/checkpoint.pt (same recipe and settings) after its last epoch")
     train.add_argument("--subset", type=int, help=argparse.SUPPRESS)  # tests: train/test on N images
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
-    commands.add_parser("notebooks", help="generate the student notebooks (see `notebooks --help`)", add_help=False)
     commands.add_parser("grade", help="run a notebook and say which exercises pass (see `grade --help`)",
                         add_help=False)
-    commands.add_parser("results", help="write the README's results table from the shipped metrics", add_help=False)
     return parser
 
 
 def main(argv=None):
     argv_was_none = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "notebooks":  # its own parser owns the remaining arguments
-        from .notebooks import main as notebooks_main
+    if argv and argv[0] == "grade":  # its own parser owns the remaining arguments
+        from .grade import main as grade_main
 
-        return notebooks_main(argv[1:])
-    if argv and argv[0] in ("grade", "results"):  # their own parsers own the remaining arguments
-        from importlib import import_module
-
-        return import_module(f"vit_course.{argv[0]}").main(argv[1:])
+        return grade_main(argv[1:])
     args = build_parser().parse_args(argv)
     from .recipes import train_recipe
 

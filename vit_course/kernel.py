@@ -1,5 +1,5 @@
 """Running a notebook in a fresh Jupyter kernel that imports this checkout's ``vit_course`` (every chapter):
-re-executing the solutions (``notebooks --execute``) and grading a learner's notebook (``grade``).
+re-executing the solutions (``python -m tools.notebooks --execute``) and grading a learner's notebook (``grade``).
 """
 
 import os

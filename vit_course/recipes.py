@@ -54,7 +54,7 @@ RECIPES = {
     },
     # The paper's own architecture, no conv stem: 4x4 patches, a class token, a learned position table, 6 blocks.
     # It must learn locality from data, so it trains for a fixed number of epochs (a long run, resumable with
-    # --resume) whose weights chapter 08 inspects (benchmarks/results/plain_speed.json: width 128).
+    # --resume) whose weights chapter 08 inspects (benchmarks/results/plain_recipe_speed.json: width 128).
     "cifar10-plain": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,

@@ -1,103 +1,29 @@
-"""The shipped runs' results in one place (chapters 06-08): the README's tables and the book's results page are
-generated here from each run's ``vit_course/checkpoints/NAME/metrics.json`` and from the seed runs of
-``benchmarks/targets.py`` (``benchmarks/results/targets_NAME.json``), so no number is typed twice.
-
-    python -m vit_course results            # rewrite the README's table from the metrics
-    python -m vit_course results --check    # exit 1 if the README's table is out of date
+"""A run's results as the chapters read them (chapters 07 and 09): a stored benchmark measurement, and how a run's
+accuracy and precision are written. The README's and the book's tables are written from the same records by the
+repository's own tooling (``python -m tools.results``), which is not part of this package.
 """
 
-import argparse
 import json
-import math
-import statistics
-import sys
 from pathlib import Path
 
-from .files import write_text
 from .kernel import ROOT
 
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"))
-BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Precision", "Reproduce with"]
-README_HEADER = ["run", "command", "test accuracy", "epochs done", "training time", "parameters", "precision",
-                 "machine"]
-BEGIN, END = "<!-- results: written by `python -m vit_course results` -->", "<!-- end of results -->"
-BENCHMARKS = ROOT / "benchmarks" / "results"  # benchmarks/targets.py writes targets_NAME.json there
-SEEDS_HEADER = ["recipe", "precision", "target", "seeds", "test accuracy, mean ± std (min to max)", "slowest run",
-                "epochs", "machine"]
-SEEDS_BEGIN, SEEDS_END = "<!-- seeds: written by `python -m vit_course results` -->", "<!-- end of seeds -->"
+BENCHMARKS = ROOT / "benchmarks" / "results"  # each benchmarks/NAME.py writes its NAME*.json there
 
 
-def format_seconds(seconds):
-    """412.3 -> '6 min 52 s'; under a minute, '48 s'; from an hour, '1 h 2 min'."""
-    seconds = round(float(seconds))
-    if seconds < 0:
-        raise ValueError(f"training time must be >= 0, got {seconds} s")
-    minutes, secs = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+def measurement(name):
+    """The stored result of ``benchmarks/NAME.py``, ``benchmarks/results/NAME.json`` (chapters 07 and 09 read theirs).
 
-
-def format_count(n):
-    """5_400_000 -> '5.4 M', 210_000 -> '210 k', 950 -> '950'."""
-    n = int(n)
-    if n >= 1_000_000:
-        return f"{n / 1e6:.1f} M"
-    return f"{n / 1e3:.0f} k" if n >= 1000 else str(n)
-
-
-def read_metrics(path):
-    """The validated contents of one metrics.json. Raises ValueError naming the file and the bad value."""
-    metrics = json.loads(Path(path).read_text())
-    if not isinstance(metrics, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(metrics).__name__}")
-    acc = metrics.get("test_accuracy")
-    if not isinstance(acc, (int, float)) or not 0 <= acc <= 1 or math.isnan(acc):
-        raise ValueError(f"{path}: test_accuracy must be a number in 0..1, got {acc!r}")
-    seconds = metrics.get("train_seconds")
-    if not isinstance(seconds, (int, float)) or seconds < 0:
-        raise ValueError(f"{path}: train_seconds must be a number >= 0, got {seconds!r}")
-    return metrics
-
-
-def shipped(checkpoints=CHECKPOINTS):
-    """[(run, label, metrics or None)] for every run in ``RUNS``; None where it has not shipped yet."""
-    out = []
-    for run, label in RUNS:
-        path = Path(checkpoints) / run / "metrics.json"
-        out.append((run, label, read_metrics(path) if path.is_file() else None))
-    return out
-
-
-def book_rows(checkpoints=CHECKPOINTS):
-    """One row of strings per run for the book's results page (``BOOK_HEADER`` gives the columns)."""
-    rows = []
-    for run, label, m in shipped(checkpoints):
-        command = f"python -m vit_course train {run}"
-        if m is None:
-            rows.append([label, "not yet trained", "—", "—", "—", "—", "—", command])
-            continue
-        rows.append([label, accuracy_cell(m, lambda fraction: f"{100 * fraction:.2f} %"),
-                     format_seconds(m["train_seconds"]),
-                     str(m.get("epochs", "—")), format_count(m["params"]) if "params" in m else "—",
-                     str(m.get("device", "—")), precision(m), m.get("command") or command])
-    return rows
-
-
-def readme_table(checkpoints=CHECKPOINTS):
-    """The README's table (markdown lines) of the runs that have shipped, with the machine each ran on."""
-    lines = ["| " + " | ".join(README_HEADER) + " |", "|" + "---|" * len(README_HEADER)]
-    for run, label, m in shipped(checkpoints):
-        if m is None:
-            continue
-        where = _where(m.get("machine"))
-        cells = [label, f"`python -m vit_course train {run}`", accuracy_cell(m),
-                 epochs_cell(m), f"{m['train_seconds']:.0f} s", f"{m['params']:,}", precision(m),
-                 f"{where}; {m.get('threads', '?')} threads, load {_number(m.get('cpu_load_before'))}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    Read from the repository when there is one, else from the copy installed with the package (pip puts
+    benchmarks/results into vit_course/benchmark_results). -> the parsed JSON.
+    """
+    for folder in (BENCHMARKS, Path(__file__).resolve().parent / "benchmark_results"):
+        if (folder / f"{name}.json").is_file():
+            return json.loads((folder / f"{name}.json").read_text())
+    scripts = sorted(BENCHMARKS.parent.glob("*.py"), key=lambda path: -len(path.stem))  # NAME_bf16: NAME.py's
+    script = next((path.stem for path in scripts if name.startswith(path.stem)), name)
+    raise FileNotFoundError(f"no {name}.json in {BENCHMARKS} or in the installed package: "
+                            f"`python benchmarks/{script}.py` writes it (benchmarks/README.md)")
 
 
 def accuracy_cell(metrics, percent="{:.2%}".format):
@@ -120,107 +46,4 @@ def precision(metrics):
     return "float32" if kind == "fp32" else f"{kind} autocast"
 
 
-def epochs_cell(metrics):
-    """'12.34 of 64' for a run with a planned number of epochs; '12.34 (as many as the budget held)' otherwise."""
-    planned = metrics.get("planned_epochs")
-    return f"{metrics['epochs']:.2f} " + (f"of {planned}" if planned else "(as many as the budget held)")
-
-
-def seed_rows(results=BENCHMARKS):
-    """One row of strings per ``benchmarks/results/targets_NAME.json`` (the seeds of one recipe; ``SEEDS_HEADER``).
-
-    A file named ``targets_RECIPE-VARIANT.json`` holds seeds of an earlier version of the recipe, or of the
-    current one on another machine, kept for comparison: its row says 'RECIPE, VARIANT' and comes after the
-    recipe's own seeds. A single seed has no spread to show, so its row gives only its accuracy.
-    """
-    rows = []
-    files = [(json.loads(path.read_text()), path.stem.removeprefix("targets_"))
-             for path in Path(results).glob("targets_*.json")]
-    for r, name in sorted(files, key=lambda file: (file[0]["recipe"], file[1] != file[0]["recipe"], file[1])):
-        runs, target = r["runs"], r["target"]
-        spread = len(runs) > 1  # a single seed has none: its accuracy and epochs alone
-        epochs = sorted(run["epochs"] for run in runs)
-        kinds = ", ".join(sorted({precision(run) for run in runs}))
-        variant = name.removeprefix(r["recipe"]).removeprefix("-")
-        one_view = [one_view_accuracy(run) for run in runs]
-        flips = one_view != [run["test_accuracy"] for run in runs]  # the final evaluation averaged mirror images
-        accuracy = (f"{r['mean_accuracy']:.2%} ± {r['std_accuracy']:.2%} ({r['min_accuracy']:.2%} to "
-                    f"{r['max_accuracy']:.2%})" if spread else f"{r['mean_accuracy']:.2%} (one seed)")
-        if flips:
-            accuracy += (f" with test-time flips; one view {statistics.mean(one_view):.2%}"
-                         + (f" ± {statistics.stdev(one_view):.2%}" if spread else ""))
-        rows.append([f"{r['recipe']}, {variant}" if variant else r["recipe"], kinds,
-                     f"{target['test_accuracy']:.1%} in {target['wall_seconds']} s", str(len(runs)), accuracy,
-                     f"{r['max_wall_seconds']:.0f} s",
-                     f"{epochs[0]:.2f} to {epochs[-1]:.2f}" if spread else f"{epochs[0]:.2f}",
-                     _where(runs[0].get("machine"))])
-    return rows
-
-
-def seeds_table(results=BENCHMARKS):
-    """The README's table of seed runs (markdown lines), or a line saying there are none yet."""
-    rows = seed_rows(results)
-    if not rows:
-        return ["No seed runs recorded yet: `python benchmarks/targets.py NAME --runs 3` records them."]
-    return ["| " + " | ".join(SEEDS_HEADER) + " |", "|" + "---|" * len(SEEDS_HEADER)] + [
-        "| " + " | ".join(row) + " |" for row in rows]
-
-
-def measurement(name):
-    """The stored result of ``benchmarks/NAME.py``, ``benchmarks/results/NAME.json`` (chapters 07 and 09 read theirs).
-
-    Read from the repository when there is one, else from the copy installed with the package (pip puts
-    benchmarks/results into vit_course/benchmark_results). -> the parsed JSON.
-    """
-    for folder in (BENCHMARKS, Path(__file__).resolve().parent / "benchmark_results"):
-        if (folder / f"{name}.json").is_file():
-            return json.loads((folder / f"{name}.json").read_text())
-    raise FileNotFoundError(f"no {name}.json in {BENCHMARKS} or in the installed package: "
-                            f"`python benchmarks/{name}.py` writes it")
-
-
-def _where(machine):
-    """A run's recorded machine as 'AMD EPYC, AVX512' ('..., AVX512, AMX' with matrix tiles), or 'not recorded'."""
-    machine = machine or {}
-    amx = "AMX" if machine.get("amx") else None
-    return ", ".join(str(v) for v in (machine.get("cpu"), machine.get("vector_isa"), amx) if v) or "not recorded"
-
-
-def _number(value):
-    return f"{value:.1f}" if isinstance(value, (int, float)) else "?"
-
-
-def _replace_block(text, begin, end, lines):
-    if begin not in text or end not in text:
-        raise ValueError(f"the README has no {begin!r} ... {end!r} block for a generated table")
-    head, rest = text.split(begin, 1)
-    return head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
-
-
-def readme_with_table(text, checkpoints=CHECKPOINTS, results=BENCHMARKS):
-    """``text`` (the README) with its generated blocks rewritten: ``readme_table`` and ``seeds_table``."""
-    text = _replace_block(text, BEGIN, END, readme_table(checkpoints))
-    return _replace_block(text, SEEDS_BEGIN, SEEDS_END, seeds_table(results))
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m vit_course results", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README's table is out of date")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
-    args = parser.parse_args(argv)
-    text = args.readme.read_text()
-    new = readme_with_table(text)
-    if args.check:
-        if new != text:
-            print(f"{args.readme}: the results table is out of date: run `python -m vit_course results`",
-                  file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        write_text(args.readme, new)
-        print(f"wrote the results table of {args.readme}")
-    return 0
-
-
-__all__ = ["BOOK_HEADER", "RUNS", "SEEDS_HEADER", "accuracy_cell", "book_rows", "epochs_cell", "format_count",
-           "format_seconds", "measurement", "precision", "read_metrics", "readme_table", "seed_rows", "seeds_table"]
+__all__ = ["BENCHMARKS", "accuracy_cell", "measurement", "one_view_accuracy", "precision"]

@@ -4,9 +4,9 @@ The chapters are the solution notebooks themselves (book/chapters -> ../solution
 - `fold_solutions` tags every exercise cell (one holding `### BEGIN SOLUTION`) `hide-input` while the notebook
   is read, so the page shows the solution behind a "Show solution" toggle and its outputs open.
 - `strip_markers` then drops the grading markers (`### BEGIN SOLUTION`, `### END SOLUTION`, and the hint
-  markers) from the code the book shows: they are for `python -m vit_course notebooks`, not for the reader.
+  markers) from the code the book shows: they are for `python -m tools.notebooks`, not for the reader.
 - `label_setup` names the toggle of the setup cell, which its own `hide-cell` tag (written by
-  `python -m vit_course notebooks`) folds, input and output, so each chapter opens with its story.
+  `python -m tools.notebooks`) folds, input and output, so each chapter opens with its story.
 - `point_book_links` turns a chapter's links to the book's pages, `../book/NAME.md` (right from solutions/ and
   notebooks/ in the repository), into `../NAME.md`, the page seen from the book's chapters/ folder.
 - `LocalAssets` swaps the Colab badge's remote SVG for `_static/colab-badge.svg` and warns (an error under -W)
@@ -164,7 +164,7 @@ class LocalAssets(SphinxTransform):
         repo_root = Path(self.env.srcdir).parent
         if not (repo_root / expected).is_file():
             logger.warning("chapter %s: its Colab link opens %s, which is not in the repository (run "
-                           "`python -m vit_course notebooks`)", docname, expected, location=docname)
+                           "`python -m tools.notebooks`)", docname, expected, location=docname)
         self.env.course_colab = getattr(self.env, "course_colab", {})
         self.env.course_colab[docname] = (found[0]["repo"], found[0]["branch"], found[0]["path"])
 

@@ -1,7 +1,7 @@
 """Where the book's Colab and Binder links lead: the repository named by `VIT_COURSE_REPO` at build time.
 
-`python -m vit_course notebooks` writes each chapter's Colab badge from `REPO_URL` and `BRANCH` in
-vit_course/notebooks.py. The setup cell installs the course on Colab from `VIT_COURSE_REPO` when that is set;
+`python -m tools.notebooks` writes each chapter's Colab badge from `REPO_URL` and `BRANCH` in
+tools/notebooks.py. The setup cell installs the course on Colab from `VIT_COURSE_REPO` when that is set;
 the book reads the same variable when it is built, so a fork that publishes the course sets one value:
 
     VIT_COURSE_REPO=git+https://github.com/you/vit-from-scratch@main make book

@@ -14,7 +14,8 @@ from course_chapters import make_table
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from vit_course.results import BENCHMARKS, CHECKPOINTS, measurement, read_metrics
+from tools.results import CHECKPOINTS, read_metrics
+from vit_course.results import BENCHMARKS, measurement
 
 logger = logging.getLogger(__name__)
 
@@ -162,10 +163,10 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
     "ablate-cifar10": (["ablate_cifar10"], ablate_cifar10),
     "short-schedule": (["short_schedule_mnist", "short_schedule_cifar10"], short_schedule),
     "flip-tta": (["flip_tta"], flip_tta),
-    "bf16-speedup": (["bf16_speedup"], bf16_speedup),
-    "matmul": (["bf16_speedup"], matmul),
+    "bf16-speedup": (["train_throughput_bf16"], bf16_speedup),
+    "matmul": (["train_throughput_bf16"], matmul),
     "amp-trials": ([], lambda: amp_trials()),  # from the shipped runs' metrics.json
-    "compile-speedup": (["compile_speedup"], compile_speedup),
+    "compile-speedup": (["train_throughput_compile"], compile_speedup),
 }
 
 

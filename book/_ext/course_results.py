@@ -1,4 +1,4 @@
-"""The results table, generated at build time from the shipped runs' metrics by ``vit_course.results`` (no number
+"""The results table, generated at build time from the shipped runs' metrics by ``tools.results`` (no number
 typed by hand).
 
 `{results-table}` reads `vit_course/checkpoints/<run>/metrics.json` for each run (written by
@@ -15,7 +15,7 @@ from docutils.parsers.rst import directives
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from vit_course.results import (  # noqa: F401
+from tools.results import (  # noqa: F401
     BENCHMARKS,
     BOOK_HEADER,
     RUNS,
@@ -31,7 +31,7 @@ HEADER = BOOK_HEADER
 
 
 def results_rows(checkpoints):
-    """The book's rows, from ``vit_course.results`` (the README's table comes from the same place)."""
+    """The book's rows, from ``tools.results`` (the README's table comes from the same place)."""
     return book_rows(checkpoints)
 
 
@@ -56,12 +56,11 @@ class ResultsTable(SphinxDirective):
             code += nodes.literal(text=row[-1])
             body.append([*row[:-1], code])
         out = [make_table(HEADER, body, widths=[12, 12, 10, 8, 10, 8, 10, 30])]
-        for path in sorted(BENCHMARKS.glob("targets_*.json")):
-            self.env.note_dependency(str(path))
+        self.env.note_dependency(str(BENCHMARKS / "targets.json"))
         seeds = seed_rows()
         if seeds:
             caption = nodes.paragraph(text="Each time-budgeted recipe run with several seeds, one after another "
-                                           "(python benchmarks/targets.py NAME --runs 3):")
+                                           "(python benchmarks/targets.py NAME --runs 3 --record):")
             out += [caption, make_table(SEEDS_HEADER, seeds, widths=[8, 8, 12, 6, 24, 10, 12, 20])]
         for run, label in RUNS:
             curves = checkpoints / run / "curves.png"

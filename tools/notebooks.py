@@ -1,4 +1,5 @@
 """Student notebooks from one source (every chapter): ``solutions/NN_name.ipynb`` -> ``notebooks/NN_name.ipynb``.
+Repository tooling for the course's maintainers, not installed with the package (``vit_course``).
 
 In a solution code cell, the exercise body sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
 (nbgrader's markers; ``### BEGIN SOLUTION name`` names the exercise, otherwise it is the enclosing
@@ -10,9 +11,9 @@ The repository URL and branch live here and nowhere else: every solution's first
 Colab badge of its student notebook and its second cell the setup cell below (outputs kept), tagged
 ``hide-cell``: the book folds it, so each chapter opens with its story. Writes are atomic (``files.py``).
 
-    python -m vit_course notebooks            # refresh badges/setup cells, write notebooks/
-    python -m vit_course notebooks --check    # exit 1 if notebooks/ (or a badge/setup cell) is stale
-    python -m vit_course notebooks --execute [solutions/NN_name.ipynb ...]  # re-run solutions, then write
+    python -m tools.notebooks            # refresh badges/setup cells, write notebooks/
+    python -m tools.notebooks --check    # exit 1 if notebooks/ (or a badge/setup cell) is stale
+    python -m tools.notebooks --execute [solutions/NN_name.ipynb ...]  # re-run solutions, then write
 """
 
 import argparse
@@ -23,8 +24,8 @@ from pathlib import Path
 
 import nbformat
 
-from .files import write_text
-from .kernel import ROOT, TIMEOUT, run
+from vit_course.files import write_text
+from vit_course.kernel import ROOT, TIMEOUT, run
 
 REPO_URL = "https://github.com/vit-course/vit-from-scratch"
 BRANCH = "main"
@@ -218,7 +219,7 @@ def generate(root=ROOT, check=False, log=print):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m vit_course notebooks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.notebooks", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if notebooks/ or a badge/setup cell is stale")
     parser.add_argument("--execute", nargs="*", metavar="NOTEBOOK",
                         help="re-execute these solution notebooks (default: all) in place, then regenerate")
@@ -231,7 +232,7 @@ def main(argv=None):
             execute(path)
     stale = generate(args.root, check=args.check)
     if args.check and stale:
-        print("notebooks are out of date: run `python -m vit_course notebooks`", file=sys.stderr)
+        print("notebooks are out of date: run `python -m tools.notebooks`", file=sys.stderr)
         return 1
     return 0
 
