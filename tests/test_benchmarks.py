@@ -4,6 +4,7 @@ read."""
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -295,3 +296,21 @@ def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
     stored = json.loads((tmp_path / "flip_tta.json").read_text())
     assert stored["runs"] == runs and runs[0]["recipe"] == "cifar10" and runs[0]["machine"]["cores"] > 0
     assert 0 <= runs[0]["test_accuracy"] <= 1 and 0 <= runs[0]["flip_accuracy"] <= 1
+
+
+def readme_table_names(text):
+    """The `x.py` and `x.json` names in the rows of benchmarks/README.md's table: {"py": ..., "json": ...}."""
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| question")]
+    names = {name for row in rows for name in re.findall(r"`([\w.-]+\.(?:py|json))`", row)}
+    return {ext: {n for n in names if n.endswith(f".{ext}")} for ext in ("py", "json")}
+
+
+def test_the_benchmarks_readme_names_every_script_and_every_result_file():
+    """One row per question: benchmarks/README.md names each script and each stored result, and nothing that is not
+    there (a result a script would write but never has is named without backticks)."""
+    named = readme_table_names((BENCHMARKS / "README.md").read_text())
+    scripts = {p.name for p in BENCHMARKS.glob("*.py")}
+    results = {p.name for p in (BENCHMARKS / "results").glob("*.json")}
+    assert scripts - named["py"] == set(), "scripts missing from benchmarks/README.md"
+    assert results - named["json"] == set(), "result files missing from benchmarks/README.md"
+    assert named["py"] - scripts == set() and named["json"] - results == set(), "the README names files not there"

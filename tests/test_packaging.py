@@ -85,7 +85,8 @@ def test_every_package_folder_is_listed_in_pyproject():
 
 
 def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tmp_path):
-    """What pip installs on Colab: the shipped models, and benchmarks/results/*.json as vit_course/benchmark_results."""
+    """What pip installs on Colab: the shipped models, and benchmarks/results/*.json as vit_course/benchmark_results;
+    not the maintainers' tools/ (student notebooks, the README's tables), which work on a checkout only."""
     import zipfile
 
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
@@ -95,3 +96,5 @@ def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tm
         assert f"vit_course/benchmark_results/{path.name}" in names
     for run in ("mnist", "cifar10"):
         assert f"vit_course/checkpoints/{run}/model.pt" in names
+    assert "vit_course/results.py" in names and not [n for n in names if n.startswith("tools/")]
+    assert "vit_course/notebooks.py" not in names

@@ -2,6 +2,7 @@
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import torch
@@ -139,3 +140,24 @@ def test_a_directly_built_vit_saves_and_rebuilds(tmp_path):
     rebuilt, state = load_checkpoint(tmp_path / "vit.pt")
     assert state["config"] == model.config and rebuilt.config == model.config
     assert torch.equal(rebuilt(images), model(images))
+
+
+def contributing_map(heading):
+    """The files named in the first column of the table under ``heading`` in CONTRIBUTING.md: `x.py` and `x/`."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name for cell in cells for name in re.findall(r"`([\w/.]+)`", cell) if name.endswith((".py", "/"))}
+
+
+def test_contributing_maps_the_package_and_the_tools_as_they_are():
+    """CONTRIBUTING's package map names every module and subpackage of vit_course and nothing else; its tools map
+    every module of tools/ (the maintainers' tooling, outside the package)."""
+    package = {p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"} | {
+        f"{d.name}/" for d in PACKAGE.iterdir() if (d / "__init__.py").is_file()}
+    assert contributing_map("## Package map (each module maps onto chapters)") == package
+    tools = {f"tools/{p.name}" for p in (PACKAGE.parent / "tools").glob("*.py") if p.name != "__init__.py"}
+    assert contributing_map("## Maintainer tooling (`tools/`, not installed)") == tools
+    uses = [p.relative_to(PACKAGE).as_posix() for p in MODULES
+            if re.search(r"^\s*(from|import) tools\b", p.read_text(), re.M)]
+    assert not uses, f"the installed package cannot import the repository's tools/: {uses}"
