@@ -13,12 +13,23 @@ import vit_course.train
 from vit_course import checks, notebooks
 from vit_course.checks.rules import COURSE_RULES, RULES
 
-from . import test_checks_attention, test_checks_blocks, test_checks_patches, test_checks_pooling, test_checks_training
+from . import (
+    test_checks_attention,
+    test_checks_attention_heads,
+    test_checks_batches,
+    test_checks_blocks,
+    test_checks_blocks_encoder,
+    test_checks_patches,
+    test_checks_train,
+    test_checks_vit,
+    test_checks_vit_counting,
+)
 from .check_helpers import catalogue_ids, caught
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOGUES = [test_checks_attention, test_checks_blocks, test_checks_patches, test_checks_pooling,
-              test_checks_training]  # each holds SLIPS, its chapters' catalogue of slips
+CATALOGUES = [test_checks_attention, test_checks_attention_heads, test_checks_blocks, test_checks_blocks_encoder,
+              test_checks_patches, test_checks_vit, test_checks_vit_counting, test_checks_train,
+              test_checks_batches]  # each holds SLIPS, its check module's catalogue of slips
 SLIPS = [entry for module in CATALOGUES for entry in module.SLIPS]
 
 

@@ -1,16 +1,9 @@
-"""Chapter 08's checks: position_embedding_similarity (8.1), mean_attention_distance (8.2), attention_rollout (8.3)
-and delete_patches (8.4).
-
-One list of rules per exercise: every rule the statement (or the stub's docstring) states has a slip below that
-the check rejects, naming the cause; and correct variants written only from the statements pass.
+"""The checks of vit_course/checks/interpret.py (chapter 08: attention_rollout (8.3), mean_attention_distance (8.2))
+catch the usual mistakes and accept correct variants written only from the statements.
 """
-
-import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 
 import vit_course
 from vit_course import checks
@@ -22,77 +15,6 @@ from .check_helpers import accepts, rejects
 def pair(size):
     return (size, size) if isinstance(size, int) else tuple(size)
 
-
-# --- 8.1 position_embedding_similarity --------------------------------------------------------------------------
-
-def similarity(slip=None):
-    """position_embedding_similarity as a learner might write it, with one slip switched on."""
-    def position_embedding_similarity(pos_embed, grid_size):
-        gh, gw = pair(grid_size)
-        if slip != "no shape check" and (pos_embed.ndim not in (2, 3) or
-                                         (pos_embed.ndim == 3 and pos_embed.shape[0] != 1)):
-            raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got {tuple(pos_embed.shape)}")
-        if slip == "only 3-D checked" and pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
-            raise ValueError("bad table")
-        table = pos_embed.reshape(-1, pos_embed.shape[-1])  # (n, D)
-        table = table if slip == "no detach" else table.detach()
-        table = table if slip == "no float" else table.float()
-        k = table.shape[0] - gh * gw if slip == "no grid check" else num_prefix(table.shape[0], (gh, gw))
-        table = {"keep class row": table, "drop last rows": table[:gh * gw]}.get(slip, table[k:])  # (N, D)
-        if slip != "dot products":
-            table = F.normalize(table, dim=0 if slip == "wrong axis" else -1)
-        sim = table @ table.T  # (N, N)
-        if slip == "not on grid":
-            return sim
-        pattern = "(w1 h1) (w2 h2) -> h1 w1 h2 w2" if slip == "columns first" else "(h1 w1) (h2 w2) -> h1 w1 h2 w2"
-        return rearrange(sim, pattern, h1=gh, w1=gw, h2=gh, w2=gw)
-    return position_embedding_similarity
-
-
-def only_2d_or_3d_tables(pos_embed, grid_size):
-    """A slip: a 4-D table is flattened instead of rejected (the statement asks for a ValueError)."""
-    if pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
-        raise ValueError(f"pos_embed must be (1, n, D), got {tuple(pos_embed.shape)}")
-    return similarity()(pos_embed.reshape(-1, pos_embed.shape[-1]), grid_size)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (similarity("dot products"), "dot products: normalise the embeddings to unit length"),
-    (similarity("wrong axis"), "normalised over the wrong axis"),
-    (similarity("columns first"), "rows and columns of the grid are swapped"),
-    (similarity("not on grid"), "lay the .* similarities out on the grid"),
-    (similarity("keep class row"), r"raised (.|\n)*likely cause: the class token's row is kept: drop the first k"),
-    (similarity("drop last rows"), r"the last rows were dropped: the class token's row is the first"),
-    (similarity("no detach"), r"still requires grad(.|\n)*\.detach\(\)"),
-    (similarity("no float"), "a float16 table gave torch.float16 similarities, expected float32"),
-    (similarity("no shape check"), r"shape \(2, 10, 8\): the first axis must be 1: expected a ValueError"),
-    (only_2d_or_3d_tables, r"a 4-D table of shape \(1, 1, 10, 8\): expected a ValueError"),
-    (similarity("no grid check"), "8 embeddings cannot hold a 3x3 grid: expected a ValueError"),
-])
-def test_similarity_rejects(impl, hint):
-    rejects(checks.position_embedding_similarity, impl, hint)
-
-
-def similarity_by_cosine(pos_embed, grid_size):
-    """Written from the statement alone: F.cosine_similarity on every pair, then a reshape to the grid."""
-    gh, gw = pair(grid_size)
-    if pos_embed.dim() == 3:
-        if pos_embed.size(0) != 1:
-            raise ValueError("a 3-D table must be (1, n, D)")
-        pos_embed = pos_embed.squeeze(0)
-    elif pos_embed.dim() != 2:
-        raise ValueError("the table must be (1, n, D) or (n, D)")
-    patches = pos_embed.detach().float()[num_prefix(len(pos_embed), (gh, gw)):]  # (N, D)
-    sim = F.cosine_similarity(patches[:, None, :], patches[None, :, :], dim=-1)  # (N, N)
-    return sim.reshape(gh, gw, gh, gw)
-
-
-@pytest.mark.parametrize("impl", [vit_course.position_embedding_similarity, similarity(), similarity_by_cosine])
-def test_similarity_accepts(impl, capsys):
-    accepts(checks.position_embedding_similarity, impl, capsys)
-
-
-# --- 8.2 mean_attention_distance -------------------------------------------------------------------------------
 
 def distance(slip=None):
     """mean_attention_distance as a learner might write it, with one slip switched on."""
@@ -157,8 +79,6 @@ def test_distance_accepts(impl, capsys):
     accepts(checks.mean_attention_distance, impl, capsys)
 
 
-# --- 8.3 attention_rollout -----------------------------------------------------------------------------------
-
 def rollout(slip=None):
     """attention_rollout as a learner might write it, with one slip switched on."""
     def attention_rollout(attentions):
@@ -219,76 +139,3 @@ def rollout_halves(attentions):
 @pytest.mark.parametrize("impl", [vit_course.attention_rollout, rollout(), rollout_halves])
 def test_rollout_accepts(impl, capsys):
     accepts(checks.attention_rollout, impl, capsys)
-
-
-# --- 8.4 delete_patches --------------------------------------------------------------------------------------
-
-def deleting(slip=None):
-    """delete_patches as a learner might write it, with one slip switched on."""
-    def delete_patches(images, ranking, fraction, patch_size):
-        b, _, h, w = images.shape
-        gh, gw = h // patch_size, w // patch_size
-        if slip != "no ranking check" and ranking.shape != (b, gh * gw):
-            raise ValueError(f"ranking {tuple(ranking.shape)} is not (batch, patches) = {(b, gh * gw)}")
-        if slip != "no fraction check" and not 0 <= fraction <= 1:
-            raise ValueError(f"fraction {fraction} is not in [0, 1]")
-        if slip == "same tensor" and fraction == 0:
-            return images
-        k = {"int": int, "ceil": math.ceil}.get(slip, round)(fraction * gh * gw)
-        out = images if slip == "in place" else images.clone()
-        if slip == "batch wide":
-            top = ranking.flatten().topk(k * b).indices
-            pairs = [(int(i) // (gh * gw), int(i) % (gh * gw)) for i in top]
-        else:
-            top = ranking.topk(k, dim=1, largest=slip != "lowest").indices  # (b, k)
-            pairs = [(i, int(p)) for i in range(b) for p in top[i]]
-        fill = -1.0 if slip == "fill" else 0.0
-        for i, p in pairs:
-            r, c = (p % gh, p // gh) if slip == "column order" else divmod(p, gw)
-            if slip == "grid pixel":
-                out[i, :, r, c] = fill
-            elif slip == "flat pixel":
-                out[i, :, p // w, p % w] = fill
-            elif slip == "corner pixel":
-                out[i, :, r * patch_size, c * patch_size] = fill
-            else:
-                out[i, :, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
-        return out
-    return delete_patches
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (deleting("lowest"), "ranked lowest"),
-    (deleting("column order"), "column by column"),
-    (deleting("grid pixel"), "patch numbers were used as pixel positions"),
-    (deleting("flat pixel"), "patch numbers were used as pixel positions"),
-    (deleting("corner pixel"), "only one pixel of each patch"),
-    (deleting("int"), r"int\(\) rounds down"),
-    (deleting("ceil"), r"math.ceil rounds up"),
-    (deleting("batch wide"), "whole batch"),
-    (deleting("in place"), "in place"),
-    (deleting("same tensor"), "returned `images` itself"),
-    (deleting("fill"), "dataset's mean colour"),
-    (deleting("no ranking check"), "a ranking of 3 patches for images of 4 patches of 4x4: expected a ValueError"),
-    (deleting("no fraction check"), r"fraction=1.5 is not in \[0, 1\]: expected a ValueError"),
-    (lambda images, ranking, fraction, patch_size: images.clone(), "largest difference"),
-])
-def test_delete_patches_rejects(impl, hint):
-    rejects(checks.delete_patches, impl, hint)
-
-
-def deleting_with_patchify(images, ranking, fraction, patch_size):
-    """Written from the statement alone: patchify, zero the top rows with a boolean index, unpatchify."""
-    if ranking.shape != (images.shape[0], (images.shape[2] // patch_size) * (images.shape[3] // patch_size)):
-        raise ValueError("ranking must be (b, N)")
-    if fraction < 0 or fraction > 1:
-        raise ValueError("fraction must be in [0, 1]")
-    patches = vit_course.patchify(images, patch_size)  # (b, N, P*P*C), a new tensor
-    top = ranking.argsort(dim=1, descending=True)[:, :round(fraction * ranking.shape[1])]  # (b, count)
-    patches[torch.arange(len(images))[:, None], top] = 0.0
-    return vit_course.unpatchify(patches, patch_size, tuple(images.shape[-2:]))
-
-
-@pytest.mark.parametrize("impl", [vit_course.delete_patches, deleting(), deleting_with_patchify])
-def test_delete_patches_accepts(impl, capsys):
-    accepts(checks.delete_patches, impl, capsys)

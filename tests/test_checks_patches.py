@@ -1,4 +1,6 @@
-"""The chapter-04, 05 and 09 checks (patches, embeddings, ViT, parameter count, resampling) catch the usual mistakes."""
+"""The checks of vit_course/checks/patches.py (chapter 04: patchify, unpatchify, PatchEmbedding,
+add_class_token_and_position) catch the usual mistakes and accept correct variants.
+"""
 
 import pytest
 import torch
@@ -13,7 +15,6 @@ from .check_helpers import accepts, rejects, slip
 
 patch_grid = getattr(ref.patches, "patch_grid", None) or ref.patches.grid_size  # renamed from grid_size
 
-# --- patchify / unpatchify -----------------------------------------------------------------------------------
 
 def patchify_unfold(images, p):
     b, c, height, width = images.shape
@@ -77,8 +78,6 @@ def test_unpatchify_accepts(impl, capsys):
     accepts(checks.unpatchify, impl, capsys)
 
 
-# --- PatchEmbedding ------------------------------------------------------------------------------------------
-
 class PatchEmbeddingConv(nn.Module):
     """timm's way: a Conv2d with kernel = stride = P, called proj (a correct alternative)."""
 
@@ -117,8 +116,6 @@ def test_patch_embedding_accepts(impl, capsys):
     accepts(checks.PatchEmbedding, impl, capsys)
 
 
-# --- add_class_token_and_position ----------------------------------------------------------------------------
-
 def embed_ok(tokens, cls_token, pos_embed):
     if cls_token is not None:
         tokens = torch.cat((cls_token.repeat(len(tokens), 1, 1), tokens), dim=1)
@@ -149,151 +146,6 @@ def test_class_token_rejects(impl, hint):
 def test_class_token_accepts(impl, capsys):
     accepts(checks.add_class_token_and_position, impl, capsys)
 
-
-# --- ViT -----------------------------------------------------------------------------------------------------
-
-class ViTParts(nn.Module):
-    """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative)."""
-
-    def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
-                 pool="cls", pos_embed="learned", class_token=None, drop_path=0.0, mistake=None):
-        super().__init__()
-        grid = image_size // patch_size
-        self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
-        self.patch_embed = PatchEmbeddingConv(image_size, patch_size, in_channels, dim)
-        if mistake != "no_grid":
-            self.grid_size = (grid, grid)
-        self.k = 1 if mistake == "cls_always" else self.k
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim) + (mistake == "cls_random")) if self.k else None
-        if pos_embed == "learned" and mistake == "buffer_pos":
-            self.register_buffer("pos_embed", torch.randn(1, grid * grid + self.k, dim) * 0.02)
-        elif pos_embed == "learned":
-            self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + self.k, dim) * (
-                1.0 if mistake == "pos_std1" else 0.02))
-        else:
-            table = ref.patches.sincos_position_embedding(grid, dim)
-            table = [table, torch.zeros(self.k, dim)] if mistake == "sincos_zero_last" else [torch.zeros(self.k, dim),
-                                                                                             table]
-            if mistake == "sincos_param":
-                self.pos_embed = nn.Parameter(torch.cat(table)[None])
-            else:
-                self.register_buffer("pos_embed", torch.cat(table)[None])
-        rate = {"rates_depth": lambda i: drop_path * i / depth, "rates_same": lambda i: drop_path,
-                "no_max": lambda i: drop_path * i / (depth - 1)}.get(
-            mistake, lambda i: drop_path * i / max(depth - 1, 1))
-        rates = [rate(i) for i in range(depth)]
-        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, drop_path=r) for r in rates)
-        self.norm, self.head = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, num_classes)
-        self.mistake = mistake
-
-    def embed(self, images):
-        if self.mistake == "in_place":
-            images -= images.mean()
-        x = self.patch_embed(images)  # (b, N, D)
-        x = x.detach() if self.mistake == "embed_detached" else x
-        if self.mistake == "append":
-            return torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
-        x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
-        return x if self.mistake == "nopos" else x + self.pos_embed
-
-    def forward(self, images):
-        x = self.embed(images)  # (b, n, D)
-        for blk in self.blocks:
-            x = blk(x)
-        x = x if self.mistake == "nonorm" else self.norm(x)
-        pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
-        return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else pooled)
-
-
-def vit_with(mistake):
-    return type("ViT", (ViTParts,), {"__init__": lambda self, *a, **k: ViTParts.__init__(self, *a, **k,
-                                                                                          mistake=mistake)})
-
-
-@pytest.mark.parametrize("mistake, hint", [("append", "appended"), ("nopos", "position embeddings are missing"),
-                                           ("nonorm", "final LayerNorm"), ("mean", "mean of the patch tokens")])
-def test_vit_rejects(mistake, hint):
-    rejects(checks.ViT, vit_with(mistake), hint)
-
-
-@pytest.mark.parametrize("impl", [ref.ViT, ViTParts])
-def test_vit_accepts(impl, capsys):
-    accepts(checks.ViT, impl, capsys)
-
-
-# --- count_parameters ----------------------------------------------------------------------------------------
-
-def count(cls_token=True, biases=True, norms=True, head_bias=True):
-    def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
-                         pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None, **_):
-        k = int(pool == "cls" if class_token is None else class_token) if cls_token else 0
-        hidden, n = int(dim * mlp_ratio), (image_size // patch_size) ** 2
-        block = (4 * dim * dim + 2 * dim * hidden + biases * (2 * dim + qkv_bias * 3 * dim + hidden) + norms * 4 * dim
-                 + 2 * dim * bool(init_values))
-        return (patch_size ** 2 * in_channels * dim + biases * dim + k * dim + (n + k) * dim * (pos_embed == "learned")
-                + depth * block + norms * 2 * dim + dim * num_classes + head_bias * num_classes)
-    return count_parameters
-
-
-def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
-                    pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None):
-    linear = lambda i, o, bias=True: i * o + o * bias  # noqa: E731
-    k = int(pool == "cls" if class_token is None else class_token)
-    hidden, n = int(dim * mlp_ratio), (image_size // patch_size) ** 2
-    block = (2 * 2 * dim + linear(dim, 3 * dim, qkv_bias) + linear(dim, dim) + linear(dim, hidden)
-             + linear(hidden, dim) + (2 * dim if init_values else 0))
-    positions = (n + k) * dim if pos_embed == "learned" else 0
-    return linear(patch_size ** 2 * in_channels, dim) + k * dim + positions + depth * block + 2 * dim + linear(
-        dim, num_classes)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (count(cls_token=False), "class token"), (count(biases=False), "biases"), (count(norms=False), "LayerNorms"),
-    (count(head_bias=False), "head's bias"), (lambda **cfg: float("nan"), "is nan"),
-    (lambda **cfg: torch.tensor(5), r"\.item\(\)"),
-])
-def test_count_parameters_rejects(impl, hint):
-    rejects(checks.count_parameters, impl, hint)
-
-
-@pytest.mark.parametrize("impl", [ref.count_parameters, count(), count_by_layers])
-def test_count_parameters_accepts(impl, capsys):
-    accepts(checks.count_parameters, impl, capsys)
-
-
-# --- resample_position_embeddings ----------------------------------------------------------------------------
-
-def resample(mode="bicubic", keep_prefix=True, antialias=False, align_corners=False, dtype=True, check=True):
-    def resample_position_embeddings(pos_embed, new_grid, num_prefix_tokens=1, old_grid=None):
-        new = (new_grid, new_grid) if isinstance(new_grid, int) else tuple(new_grid)
-        prefix, patches = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
-        if old_grid is None:
-            side = int(patches.shape[1] ** 0.5)
-            old_grid = (side, side)
-        if check and old_grid[0] * old_grid[1] != patches.shape[1]:
-            raise ValueError(f"{patches.shape[1]} patches do not fill the grid {old_grid}")
-        grid = patches.reshape(1, *old_grid, -1).permute(0, 3, 1, 2).float()  # (1, D, gh, gw)
-        grid = F.interpolate(grid, size=new, mode=mode, align_corners=align_corners, antialias=antialias)
-        patches = grid.permute(0, 2, 3, 1).reshape(1, new[0] * new[1], -1)
-        patches = patches.to(pos_embed.dtype) if dtype else patches
-        return torch.cat([prefix, patches], 1) if keep_prefix else patches
-    return resample_position_embeddings
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (resample(mode="bilinear"), "bilinear"), (resample(keep_prefix=False), "class token's embedding was dropped"),
-    (resample(align_corners=True), "align_corners"),
-])
-def test_resample_rejects(impl, hint):
-    rejects(checks.resample_position_embeddings, impl, hint)
-
-
-@pytest.mark.parametrize("impl", [ref.resample_position_embeddings, resample(), resample(antialias=True)])
-def test_resample_accepts(impl, capsys):
-    accepts(checks.resample_position_embeddings, impl, capsys)
-
-
-# --- more slips, each named (issue "The learner's path") ------------------------------------------------------
 
 @pytest.mark.parametrize("impl, hint", [
     (lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p), "10 is not divisible by 4\\): "
@@ -377,55 +229,6 @@ def embed_no_check(tokens, cls_token, pos_embed):
 def test_class_token_rejects_more(impl, hint):
     rejects(checks.add_class_token_and_position, impl, hint)
 
-
-@pytest.mark.parametrize("mistake, hint", [
-    ("sincos_param", r"with pos_embed='sincos' the position table is an nn.Parameter: 1,088 trainable parameters too "
-                     r"many \(\+1,088\)(.|\n)*register_buffer"),
-    ("sincos_zero_last", "the class token's zero row goes in front"),
-    ("mean_all", "mean pooling averages the class token in with the patches"),
-    ("cls_always", "with pool='mean' and class_token=None there is no class token"),
-    ("rates_depth", r"drop-path rates are \[0.0, 0.075, 0.15, 0.225\], expected \[0.0, 0.1, 0.2, 0.3\](.|\n)*"
-                    r"divide by depth - 1"),
-    ("rates_same", "every block gets the same rate"),
-    ("no_max", "raised ZeroDivisionError"),
-    ("cls_random", "cls_token should be zeros"),
-    ("pos_std1", r"pos_embed should be small random numbers \(std 0.02\)"),
-])
-def test_vit_rejects_more(mistake, hint):
-    rejects(checks.ViT, vit_with(mistake), hint)
-
-
-def count_float(**cfg):
-    return float(ref.count_parameters(**cfg))
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (lambda **cfg: count()(**{**cfg, "pos_embed": "learned"}), "a sin-cos position table is a buffer"),
-    (lambda **cfg: count()(**{**cfg, "class_token": True}), "with pool='mean' there is no class token unless"),
-    (lambda **cfg: count()(**{**cfg, "class_token": None}), "class_token=True adds a class token"),
-    (lambda **cfg: count()(**{**cfg, "qkv_bias": True}), "qkv_bias=False: the qkv layers have no bias"),
-    (lambda **cfg: count()(**{**cfg, "init_values": None}), "two LayerScales"),
-    (count_float, "the count should be an int, got float"),
-])
-def test_count_parameters_rejects_more(impl, hint):
-    rejects(checks.count_parameters, impl, hint)
-
-
-def resample_old_grid_swapped(pos_embed, new_grid, num_prefix_tokens=1, old_grid=None):
-    old_grid = None if old_grid is None else tuple(old_grid)[::-1]
-    return ref.resample_position_embeddings(pos_embed, new_grid, num_prefix_tokens, old_grid)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (resample(dtype=False), "float16 position embeddings came back as torch.float32"),
-    (resample_old_grid_swapped, r"old_grid is \(rows, columns\)"),
-    (resample(check=False), "do not form a square grid .*: expected a ValueError, your code raised RuntimeError"),
-])
-def test_resample_rejects_more(impl, hint):
-    rejects(checks.resample_position_embeddings, impl, hint)
-
-
-# --- the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame --------
 
 def patchify_detached(images, p):
     return ref.patchify(images.detach(), p)
@@ -515,33 +318,7 @@ def embed_slip(slip):
     return add_class_token_and_position
 
 
-class ViTRenamed(ViTParts):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.embedding = self.patch_embed
-        del self.patch_embed
-
-    def embed(self, images):
-        x = self.embedding(images)
-        return x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1) + \
-            self.pos_embed
-
-
-class ViTInlineEmbed(ViTParts):
-    """Everything in forward, no embed method."""
-
-    def __getattribute__(self, name):
-        if name == "embed":
-            raise AttributeError(name)
-        return super().__getattribute__(name)
-
-    def forward(self, images):
-        x = ViTParts.embed(self, images)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
-
-
+# the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
 SLIPS = [
     slip("patchify", "output", "channels_first", patchify_F_unfold, "channels-first"),
     slip("patchify", "output", "columns", lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)", p1=p,
@@ -597,22 +374,4 @@ SLIPS = [
     slip("add_class_token_and_position", "gradient", "pos_data", embed_slip("pos_data"),
          r"no gradient reaches `pos_embed`(.|\n)*pos_embed.data"),
     slip("add_class_token_and_position", "inputs", "plus_equals", embed_inplace, "changed its input `tokens` in place"),
-    slip("ViT", "names", "renamed", ViTRenamed, r"missing \['patch_embed.proj.weight'"),
-    slip("ViT", "attributes", "no_grid", vit_with("no_grid"), r"grid_size should be \(3, 3\), got None"),
-    slip("ViT", "embed", "no_embed", ViTInlineEmbed, "has no method embed"),
-    slip("ViT", "embed", "appended", vit_with("append"), r"tokens from embed\(images\)(.|\n)*appended"),
-    slip("ViT", "output", "no_norm", vit_with("nonorm"), "final LayerNorm"),
-    slip("ViT", "initial", "cls_random", vit_with("cls_random"), "cls_token should be zeros"),
-    slip("ViT", "sincos", "parameter", vit_with("sincos_param"), "register_buffer"),
-    slip("ViT", "pool", "mean_all", vit_with("mean_all"), "mean pooling averages the class token in"),
-    slip("ViT", "drop_path", "same", vit_with("rates_same"), "every block gets the same rate"),
-    slip("ViT", "gradient", "buffer_pos", vit_with("buffer_pos"), r"`pos_embed` is not a trainable parameter(.|\n)*"
-         r"nn.Parameter"),
-    slip("ViT", "gradient", "embed_detached", vit_with("embed_detached"),
-         r"no gradient reaches `patch_embed.proj.weight`(.|\n)*x.detach\(\)"),
-    slip("ViT", "inputs", "centred", vit_with("in_place"), "changed its input `images` in place"),
-    slip("count_parameters", "output", "no_cls", count(cls_token=False), "class token"),
-    slip("count_parameters", "int", "float", count_float, "the count should be an int, got float"),
-    slip("count_parameters", "formula", "built", lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters()),
-         r"your count called torch \d+ times for ViT-B/16(.|\n)*count by formula"),
 ]

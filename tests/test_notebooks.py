@@ -177,7 +177,7 @@ def test_nbval_lax_passes_exactly_when_the_checks_pass(tmp_path):
     failed = set(re.findall(r"^FAILED (\w+)\.ipynb::", run.stdout, re.M))
     assert failed == {"untouched", "wrong"}, run.stdout[-3000:]
     assert "CheckFailed\x1b[0m: not done yet: merge_heads" in run.stdout  # the message alone, no traceback
-    assert "without a transpose" in run.stdout  # the likely cause, in the check's words (vit_course/checks/heads.py)
+    assert "without a transpose" in run.stdout  # the likely cause (checks/attention_heads.py)
     assert "Traceback (most recent call last)" not in run.stdout and "site-packages" not in run.stdout
 
 

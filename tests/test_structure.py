@@ -112,6 +112,44 @@ def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import(tmp_path):
     assert import_cycles(import_graph(package)) == []
 
 
+def reference_imports_astray(checks):
+    """The imports in the folder ``checks`` (a subpackage) that reach the rest of its package other than the one way,
+    a ``from .. import module`` at the top of a module: each as "file:line import". An import inside a function, an
+    ``import <package>`` and a ``from ..module import name`` all count."""
+    top, astray = checks.parent.name, []
+    for path in sorted(checks.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                up = any(alias.name.split(".")[0] == top for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                up = node.level > 1 or (node.level == 0 and (node.module or "").split(".")[0] == top)
+                if up and node.level == 2 and node.module is None and node in tree.body:
+                    continue  # the one way: from .. import attention as ref
+            else:
+                continue
+            if up:
+                astray.append(f"{path.relative_to(checks).as_posix()}:{node.lineno} {ast.unparse(node)}")
+    return astray
+
+
+def test_checks_reach_the_reference_one_way():
+    """Each check module imports its reference module at its top (``from .. import attention as ref``), nothing else of
+    the package and nothing later, so what a check compares with is in plain sight and nothing runs back up."""
+    assert not reference_imports_astray(PACKAGE / "checks"), reference_imports_astray(PACKAGE / "checks")
+
+
+def test_the_reference_finder_finds_a_lazy_import(tmp_path):
+    checks = tmp_path / "pkg" / "checks"
+    checks.mkdir(parents=True)
+    (checks / "a.py").write_text("from .. import train as ref\nfrom .core import check\n")
+    assert reference_imports_astray(checks) == []
+    (checks / "b.py").write_text("def reference(name):\n    import pkg\n\n    return getattr(pkg, name)\n")
+    (checks / "c.py").write_text("from ..patches import to_pair\n\n\ndef f():\n    from .. import train\n")
+    assert reference_imports_astray(checks) == ["b.py:2 import pkg", "c.py:1 from ..patches import to_pair",
+                                                 "c.py:5 from .. import train"]
+
+
 def test_the_course_reads_no_load_or_process_files():
     """Thread watching, load sampling and timing trials belong to benchmarks/, not to what a learner reads."""
     for path in MODULES:

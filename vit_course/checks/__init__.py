@@ -4,29 +4,35 @@ A passing check prints one line (``✔ name: passed N tests``) and returns None;
 ``CheckFailed`` (an ``AssertionError``) saying what was tried, what was expected and the likely cause.
 Checks compare against the reference solutions in ``vit_course`` and never depend the other way round.
 
-Modules, by chapter: ``attention`` (01), ``heads`` and ``multihead`` (02), ``blocks`` and ``encoder`` (03),
-``patches`` (04), ``vit`` and ``counting`` (05), ``training`` and ``schedule`` (06), ``augment`` and
-``pooling`` (07), ``interpret`` and ``faithfulness`` (08), ``resample`` (09); ``core``, ``messages``,
-``modules`` and ``common`` hold what they share, ``gradients`` the test that gradients flow through the learner's
-code, and ``rules`` each exercise's list of rules, shared by its statement and its check.
+The checks mirror the reference: the check of an exercise whose solution is in ``vit_course/X.py`` is in
+``checks/X.py``, or in ``checks/X_<part>.py`` where X's checks would not fit one module (and its tests in
+``tests/test_checks_X*.py``); each imports its reference module at the top, ``from .. import X as ref``.
+attention (01: scaled_dot_product_attention, SelfAttention), attention_heads (02: split_heads, merge_heads,
+MultiHeadAttention), blocks (03: MLP, LayerNorm, DropPath), blocks_encoder (03: EncoderBlock), patches (04),
+patches_resample (09), vit (05: ViT; 07: pool_tokens), vit_counting (05: count_parameters), train (06), batches
+(07: random_crop_flip), interpret, embeddings and faithfulness (08).
+
+What they share: ``core`` (``CheckFailed``, ``@check``, the ``Checker`` that runs learner code safely and compares
+outputs), ``messages`` (how values and errors are shown), ``modules`` (building, loading and probing nn.Module
+exercises), ``probes`` (the torch functions learner code calls, float16 calls, why it raised), ``slips`` (the usual
+attention slips and their hints), ``gradients`` (gradients flow through the learner's code) and ``rules`` (each
+exercise's list of rules, shared by its statement and its check).
 """
 
 from .attention import SelfAttention, scaled_dot_product_attention
-from .augment import random_crop_flip
+from .attention_heads import MultiHeadAttention, merge_heads, split_heads
+from .batches import random_crop_flip
 from .blocks import MLP, DropPath, LayerNorm
+from .blocks_encoder import EncoderBlock
 from .core import CheckFailed
-from .counting import count_parameters
-from .encoder import EncoderBlock
+from .embeddings import position_embedding_similarity
 from .faithfulness import delete_patches
-from .heads import merge_heads, split_heads
-from .interpret import attention_rollout, mean_attention_distance, position_embedding_similarity
-from .multihead import MultiHeadAttention
+from .interpret import attention_rollout, mean_attention_distance
 from .patches import PatchEmbedding, add_class_token_and_position, patchify, unpatchify
-from .pooling import pool_tokens
-from .resample import resample_position_embeddings
-from .schedule import warmup_cosine
-from .training import evaluate, train_step
-from .vit import ViT
+from .patches_resample import resample_position_embeddings
+from .train import evaluate, train_step, warmup_cosine
+from .vit import ViT, pool_tokens
+from .vit_counting import count_parameters
 
 __all__ = [
     "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",

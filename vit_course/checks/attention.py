@@ -1,4 +1,4 @@
-"""Checks for chapter 01: scaled_dot_product_attention and SelfAttention."""
+"""Checks of vit_course/attention.py's chapter-01 exercises: scaled_dot_product_attention and SelfAttention."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -9,17 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from .. import attention as ref
-from .common import (
-    QK_SWAPPED,
-    TorchCalls,
-    attention,
-    attention_hints,
-    check_attention_weights,
-    only_biases,
-    random_mask,
-)
 from .core import check
 from .gradients import gradient_flow
+from .modules import check_attention_weights, only_biases
+from .probes import TorchCalls
+from .slips import QK_SWAPPED, attention, attention_hints, random_mask
 
 SDPA_CASES = [  # (q shape, k shape, v shape, mask shape or None)
     ((5, 6), (7, 6), (7, 3), None),

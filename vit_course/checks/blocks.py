@@ -1,4 +1,4 @@
-"""Checks for chapter 03's parts of the block: MLP, LayerNorm, DropPath."""
+"""Checks of vit_course/blocks.py's parts of the block (chapter 03): MLP, LayerNorm, DropPath."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -7,10 +7,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import blocks as ref
-from .common import check_dropout, only_biases, randomize_norms
 from .core import check
 from .gradients import CUT, cut_hint, gradient_flow, same_gradient
 from .messages import describe
+from .modules import check_dropout, only_biases, randomize_norms
 
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
             "not F.dropout(x, p)")

@@ -1,4 +1,4 @@
-"""Check for chapter 08's deletion test: delete_patches."""
+"""Check of vit_course/faithfulness.py (chapter 08's deletion test): delete_patches."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -7,7 +7,7 @@ import math
 import torch
 from einops import rearrange
 
-from .common import reference
+from .. import faithfulness as ref
 from .core import check
 
 
@@ -55,7 +55,7 @@ def delete_patches(c, fn):
         got = c.call(fn, images, ranking, fraction, p)
         c.ok(got is not images, "your function returned `images` itself", "return a new tensor, e.g. images * mask "
              "(or images.clone() before changing it): a caller who changes the result must not change the input")
-        expected = reference("delete_patches")(images, ranking, fraction, p)
+        expected = ref.delete_patches(images, ranking, fraction, p)
         c.close(got, expected, f"images after deleting {fraction:.0%} of {n} patches of {p}x{p} in {size}", [
             ("you deleted the patches ranked lowest: delete the highest-ranked ones (topk, largest=True)",
              lambda: _deleted(images, ranking, fraction, p, lowest=True)),

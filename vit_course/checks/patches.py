@@ -1,4 +1,5 @@
-"""Checks for chapter 04: patchify, unpatchify, PatchEmbedding and add_class_token_and_position."""
+"""Checks of vit_course/patches.py's chapter-04 exercises: patchify, unpatchify, PatchEmbedding and
+add_class_token_and_position."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -6,9 +7,9 @@ import torch
 from einops import rearrange
 
 from .. import patches as ref
-from .common import only_biases
 from .core import check
 from .gradients import gradient_flow
+from .modules import only_biases
 
 ORDERS = [  # (hint, einops pattern of a wrong patchify)
     ("each patch is flattened channels-first, (c p1 p2): the course flattens it as (p1 p2 c), pixel by pixel "

@@ -1,10 +1,11 @@
-"""Check for chapter 07's augmentation exercise: random_crop_flip, tested by its properties (it is random)."""
+"""Check of vit_course/batches.py's augmentation exercise (chapter 07): random_crop_flip, tested by its properties
+(it is random, so no reference output to compare with)."""
 
 import torch
 import torch.nn.functional as F
 
-from .common import TorchCalls
 from .core import check
+from .probes import TorchCalls
 
 
 def _candidates(images, padding):

@@ -1,4 +1,4 @@
-"""Checks for chapter 06's training loop: train_step and evaluate."""
+"""Checks of vit_course/train.py (chapter 06): train_step, evaluate and the learning-rate schedule warmup_cosine."""
 
 import copy
 import math
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import reference
+from .. import train as ref
 from .core import check
 
 
@@ -73,7 +73,7 @@ def _one_step(c, fn, learner, twin, opt_l, opt_r, smoothing, step, g):
     kwargs = {"label_smoothing": smoothing} if smoothing else {}
     c.phase("loss")
     got = c.number(c.call(fn, learner, images, labels, opt_l, **kwargs), "the returned loss")
-    expected = reference("train_step")(twin, images, labels, opt_r, smoothing)
+    expected = ref.train_step(twin, images, labels, opt_r, smoothing)
     c.phase("train-mode")
     c.ok(learner.calls and all(training for training, _ in learner.calls), "the model ran in eval mode",
          "call model.train() at the start: dropout and DropPath only act in training mode (the model may come back "
@@ -99,7 +99,7 @@ def _one_step(c, fn, learner, twin, opt_l, opt_r, smoothing, step, g):
 
 def _evaluate_values(c, model, batches, sizes, loss, accuracy):
     """The mean loss per sample and the accuracy over all samples, with the hints of the usual slips."""
-    expected_loss, expected_acc = reference("evaluate")(copy.deepcopy(model), batches)
+    expected_loss, expected_acc = ref.evaluate(copy.deepcopy(model), batches)
     with torch.no_grad():
         batch_means = [F.cross_entropy(model(x), y).item() for x, y in batches]
         batch_accs = [(model(x).argmax(1) == y).float().mean().item() for x, y in batches]
@@ -156,3 +156,49 @@ def evaluate(c, fn):
              RESTORE)
     c.raises(fn, Probe(), [], why="no batches at all", hint="count the samples, and raise a ValueError when "
              "there were none (instead of dividing by 0)", rule="error")
+
+
+SCHEDULE_HINTS = {
+    "warmup0": "the warmup is off by one: step 0 should already get base_lr / warmup_steps, "
+               "base_lr * (step + 1) / warmup_steps, so no step is wasted at lr 0",
+    "warmup+1": "the warmup divides by warmup_steps + 1: base_lr * (step + 1) / warmup_steps reaches base_lr at the "
+                "last warmup step",
+    "warmup_min": "the warmup starts from min_lr: it rises from 0, base_lr * (step + 1) / warmup_steps",
+    "nomin": "the cosine ends at 0, not min_lr: min_lr + (base_lr - min_lr) * 0.5 * (1 + cos(pi * t))",
+    "from0": "the cosine phase starts counting at step 0: t = (step - warmup_steps) / (total_steps - warmup_steps)",
+    "total": "the cosine phase is divided by total_steps: t = (step - warmup_steps) / (total_steps - warmup_steps)",
+    "end-1": "the cosine reaches min_lr one step early: t = (step - warmup_steps) / (total_steps - warmup_steps), "
+             "which is 1 at step = total_steps",
+    "linear": "this decays linearly: after the warmup use 0.5 * (1 + cos(pi * t))",
+}
+
+
+def _wrong(step, total, warmup, base, low, kind):
+    """The rate of the mistake ``kind`` (a key of SCHEDULE_HINTS)."""
+    if step < warmup:
+        rise = {"warmup0": step / warmup, "warmup+1": (step + 1) / (warmup + 1)}.get(kind, (step + 1) / warmup)
+        return low + (base - low) * rise if kind == "warmup_min" else base * rise
+    t = {"from0": step / max(1, total), "total": (step - warmup) / max(1, total),
+         "end-1": (step - warmup) / max(1, total - warmup - 1)}.get(kind, (step - warmup) / max(1, total - warmup))
+    if kind == "linear":
+        return low + (base - low) * (1 - t)
+    if kind == "nomin":
+        return base * 0.5 * (1 + math.cos(math.pi * t))
+    return low + (base - low) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+@check("warmup_cosine")
+def warmup_cosine(c, fn):
+    """warmup_cosine(step, total_steps, warmup_steps, base_lr, min_lr=0.0): linear warmup, then cosine to min_lr,
+    which it reaches at step = total_steps."""
+    for total, warmup, base, low in ((20, 5, 1e-3, 1e-5), (10, 0, 0.1, 0.0), (7, 3, 2.0, 0.5), (50, 1, 5e-4, 0.0)):
+        kwargs = {"min_lr": low} if low else {}
+        for step in range(total + 1):
+            got = c.number(c.call(fn, step, total, warmup, base, **kwargs), f"the learning rate at step {step}")
+            expected = ref.warmup_cosine(step, total, warmup, base, low)
+            if not math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-12):
+                hint = next((h for kind, h in SCHEDULE_HINTS.items() if math.isclose(
+                    got, _wrong(step, total, warmup, base, low, kind), rel_tol=1e-6, abs_tol=1e-12)), None)
+                c.fail(f"at step {step} of {total} (warmup {warmup}, base_lr {base}, min_lr {low}) the rate is "
+                       f"{got:.6g}, expected {expected:.6g}", hint)
+            c.tests += 1

@@ -1,4 +1,5 @@
-"""Check for chapter 09: resample_position_embeddings (bicubic on the patch grid, prefix kept, dtype kept)."""
+"""Check of vit_course/patches.py's chapter-09 exercise: resample_position_embeddings (bicubic on the patch grid,
+prefix kept, dtype kept)."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -7,8 +8,8 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from .. import patches as ref
-from .common import call_half
 from .core import CheckFailed, check
+from .probes import call_half
 
 
 @check("resample_position_embeddings")

@@ -1,10 +1,11 @@
-"""Check for chapter 05's parameter count: count_parameters, by formula, with the hints of the usual omissions."""
+"""Check of vit_course/vit.py's parameter count (chapter 05): count_parameters, by formula, with the hints of the
+usual omissions."""
 
 import numbers
 
 from .. import vit as ref
-from .common import TorchCalls
 from .core import check
+from .probes import TorchCalls
 
 CONFIGS = [
     ref.CONFIGS["ViT-B/16"],

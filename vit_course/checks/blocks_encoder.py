@@ -1,13 +1,15 @@
-"""Check for chapter 03's assembly: EncoderBlock (pre-norm residuals, options, drop path while training)."""
+"""Check of vit_course/blocks.py's assembly (chapter 03): EncoderBlock (pre-norm residuals, options, drop path
+while training)."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
 import torch
 
 from .. import blocks as ref
-from .common import random_mask, randomize_norms
 from .core import check
 from .gradients import gradient_flow
+from .modules import randomize_norms
+from .slips import random_mask
 
 OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_values=0.1)
 SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())

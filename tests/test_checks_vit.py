@@ -1,0 +1,206 @@
+"""The checks of vit_course/checks/vit.py (chapter 05: ViT; chapter 07: pool_tokens) catch the usual mistakes and
+accept correct variants.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import vit_course as ref
+from vit_course import checks, pool_tokens
+from vit_course.checks import CheckFailed
+
+from .check_helpers import accepts, rejects, slip
+from .test_checks_patches import PatchEmbeddingConv
+
+
+class ViTParts(nn.Module):
+    """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative)."""
+
+    def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                 pool="cls", pos_embed="learned", class_token=None, drop_path=0.0, mistake=None):
+        super().__init__()
+        grid = image_size // patch_size
+        self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
+        self.patch_embed = PatchEmbeddingConv(image_size, patch_size, in_channels, dim)
+        if mistake != "no_grid":
+            self.grid_size = (grid, grid)
+        self.k = 1 if mistake == "cls_always" else self.k
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim) + (mistake == "cls_random")) if self.k else None
+        if pos_embed == "learned" and mistake == "buffer_pos":
+            self.register_buffer("pos_embed", torch.randn(1, grid * grid + self.k, dim) * 0.02)
+        elif pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + self.k, dim) * (
+                1.0 if mistake == "pos_std1" else 0.02))
+        else:
+            table = ref.patches.sincos_position_embedding(grid, dim)
+            table = [table, torch.zeros(self.k, dim)] if mistake == "sincos_zero_last" else [torch.zeros(self.k, dim),
+                                                                                             table]
+            if mistake == "sincos_param":
+                self.pos_embed = nn.Parameter(torch.cat(table)[None])
+            else:
+                self.register_buffer("pos_embed", torch.cat(table)[None])
+        rate = {"rates_depth": lambda i: drop_path * i / depth, "rates_same": lambda i: drop_path,
+                "no_max": lambda i: drop_path * i / (depth - 1)}.get(
+            mistake, lambda i: drop_path * i / max(depth - 1, 1))
+        rates = [rate(i) for i in range(depth)]
+        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, drop_path=r) for r in rates)
+        self.norm, self.head = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, num_classes)
+        self.mistake = mistake
+
+    def embed(self, images):
+        if self.mistake == "in_place":
+            images -= images.mean()
+        x = self.patch_embed(images)  # (b, N, D)
+        x = x.detach() if self.mistake == "embed_detached" else x
+        if self.mistake == "append":
+            return torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
+        x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
+        return x if self.mistake == "nopos" else x + self.pos_embed
+
+    def forward(self, images):
+        x = self.embed(images)  # (b, n, D)
+        for blk in self.blocks:
+            x = blk(x)
+        x = x if self.mistake == "nonorm" else self.norm(x)
+        pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
+        return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else pooled)
+
+
+def vit_with(mistake):
+    return type("ViT", (ViTParts,), {"__init__": lambda self, *a, **k: ViTParts.__init__(self, *a, **k,
+                                                                                          mistake=mistake)})
+
+
+@pytest.mark.parametrize("mistake, hint", [("append", "appended"), ("nopos", "position embeddings are missing"),
+                                           ("nonorm", "final LayerNorm"), ("mean", "mean of the patch tokens")])
+def test_vit_rejects(mistake, hint):
+    rejects(checks.ViT, vit_with(mistake), hint)
+
+
+@pytest.mark.parametrize("impl", [ref.ViT, ViTParts])
+def test_vit_accepts(impl, capsys):
+    accepts(checks.ViT, impl, capsys)
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    ("sincos_param", r"with pos_embed='sincos' the position table is an nn.Parameter: 1,088 trainable parameters too "
+                     r"many \(\+1,088\)(.|\n)*register_buffer"),
+    ("sincos_zero_last", "the class token's zero row goes in front"),
+    ("mean_all", "mean pooling averages the class token in with the patches"),
+    ("cls_always", "with pool='mean' and class_token=None there is no class token"),
+    ("rates_depth", r"drop-path rates are \[0.0, 0.075, 0.15, 0.225\], expected \[0.0, 0.1, 0.2, 0.3\](.|\n)*"
+                    r"divide by depth - 1"),
+    ("rates_same", "every block gets the same rate"),
+    ("no_max", "raised ZeroDivisionError"),
+    ("cls_random", "cls_token should be zeros"),
+    ("pos_std1", r"pos_embed should be small random numbers \(std 0.02\)"),
+])
+def test_vit_rejects_more(mistake, hint):
+    rejects(checks.ViT, vit_with(mistake), hint)
+
+
+class ViTRenamed(ViTParts):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.embedding = self.patch_embed
+        del self.patch_embed
+
+    def embed(self, images):
+        x = self.embedding(images)
+        return x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1) + \
+            self.pos_embed
+
+
+class ViTInlineEmbed(ViTParts):
+    """Everything in forward, no embed method."""
+
+    def __getattribute__(self, name):
+        if name == "embed":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def forward(self, images):
+        x = ViTParts.embed(self, images)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
+
+
+def test_pool_tokens_reference_and_variants_pass(capsys):
+    checks.pool_tokens(pool_tokens)
+
+    def einsum_mean(x, pool="cls", num_prefix_tokens=1):
+        if pool not in ("cls", "mean") or (pool == "cls" and num_prefix_tokens == 0):
+            raise ValueError(f"cannot pool {pool!r} with {num_prefix_tokens} class tokens")
+        if pool == "cls":
+            return x.select(1, 0)
+        patches = x[:, num_prefix_tokens:]
+        return torch.einsum("bnd->bd", patches) / patches.shape[1]
+
+    checks.pool_tokens(einsum_mean)
+    assert capsys.readouterr().out.count("✔ pool_tokens: passed") == 2
+
+
+@pytest.mark.parametrize("wrong,hint", [
+    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x.mean(1), "includes the class token"),
+    (lambda x, pool="cls", k=1: x[:, -1] if pool == "cls" else x[:, k:].mean(1), "last token"),
+    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, 1:].mean(1), "whatever num_prefix_tokens"),
+    (lambda x, pool="cls", k=1: x[:, k:].mean(1), "read the class token"),
+    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, k:].mean(2), "over the tokens"),
+    (lambda x, pool="cls", k=1: x[:, :1] if pool == "cls" else x[:, k:].mean(1, keepdim=True), "token axis"),
+])
+def test_pool_tokens_mistakes_are_named(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        checks.pool_tokens(wrong)
+
+
+def test_pool_tokens_reference_rejects_bad_pool():
+    with pytest.raises(ValueError, match="'max'"):
+        pool_tokens(torch.zeros(1, 3, 2), "max")
+    with pytest.raises(ValueError, match="class token"):
+        pool_tokens(torch.zeros(1, 3, 2), "cls", 0)
+
+
+def no_checks(x, pool="cls", num_prefix_tokens=1):
+    return x[:, 0] if pool == "cls" else x[:, num_prefix_tokens:].mean(1)
+
+
+def test_pool_tokens_missing_value_errors_are_named():
+    with pytest.raises(CheckFailed, match="pool='cls' with num_prefix_tokens=0: there is no class token to read: "
+                                          r"expected a ValueError, your code returned tensor\(2, 3\)"):
+        checks.pool_tokens(no_checks)
+    with pytest.raises(CheckFailed, match="pool='max' is neither 'cls' nor 'mean': expected a ValueError"):
+        checks.pool_tokens(lambda x, pool="cls", k=1: pool_tokens(x, "mean" if pool == "max" else pool, k))
+
+
+def pool_in_place(x, pool="cls", num_prefix_tokens=1):
+    x -= x.mean(1, keepdim=True)  # "centre the tokens", in the caller's tensor
+    return pool_tokens(x, pool, num_prefix_tokens)
+
+
+# the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
+SLIPS = [
+    slip("ViT", "names", "renamed", ViTRenamed, r"missing \['patch_embed.proj.weight'"),
+    slip("ViT", "attributes", "no_grid", vit_with("no_grid"), r"grid_size should be \(3, 3\), got None"),
+    slip("ViT", "embed", "no_embed", ViTInlineEmbed, "has no method embed"),
+    slip("ViT", "embed", "appended", vit_with("append"), r"tokens from embed\(images\)(.|\n)*appended"),
+    slip("ViT", "output", "no_norm", vit_with("nonorm"), "final LayerNorm"),
+    slip("ViT", "initial", "cls_random", vit_with("cls_random"), "cls_token should be zeros"),
+    slip("ViT", "sincos", "parameter", vit_with("sincos_param"), "register_buffer"),
+    slip("ViT", "pool", "mean_all", vit_with("mean_all"), "mean pooling averages the class token in"),
+    slip("ViT", "drop_path", "same", vit_with("rates_same"), "every block gets the same rate"),
+    slip("ViT", "gradient", "buffer_pos", vit_with("buffer_pos"), r"`pos_embed` is not a trainable parameter(.|\n)*"
+         r"nn.Parameter"),
+    slip("ViT", "gradient", "embed_detached", vit_with("embed_detached"),
+         r"no gradient reaches `patch_embed.proj.weight`(.|\n)*x.detach\(\)"),
+    slip("ViT", "inputs", "centred", vit_with("in_place"), "changed its input `images` in place"),
+    slip("pool_tokens", "output", "with_class_token",
+         lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x.mean(1), "includes the class token"),
+    slip("pool_tokens", "output", "last_token",
+         lambda x, pool="cls", k=1: x[:, -1] if pool == "cls" else x[:, k:].mean(1), "last token"),
+    slip("pool_tokens", "error", "no_checks", no_checks, "there is no class token to read: expected a ValueError"),
+    slip("pool_tokens", "gradient", "detach", lambda x, pool="cls", k=1: pool_tokens(x.detach(), pool, k),
+         "carries no gradient"),
+    slip("pool_tokens", "inputs", "centred", pool_in_place, "changed its input `x` in place"),
+]
