@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 # Unit tests, the checks' own tests, student-notebook sync, the book, and every solution notebook re-run by nbval.
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m vit_course notebooks --check
+	$(PY) -m tools.notebooks --check
 	$(PY) -m pytest tests solutions -m "not browser" --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		--durations=15
 
@@ -34,10 +34,10 @@ browser: book
 # Re-execute the solution notebooks in place (their stored outputs are what nbval and the book show),
 # then regenerate the student notebooks. Never edit outputs by hand.
 execute: setup
-	$(PY) -m vit_course notebooks --execute
+	$(PY) -m tools.notebooks --execute
 
 notebooks: setup
-	$(PY) -m vit_course notebooks
+	$(PY) -m tools.notebooks
 
 # The student notebooks in JupyterLab (the same as `.venv/bin/jupyter lab notebooks/`).
 lab: setup

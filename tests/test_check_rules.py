@@ -10,7 +10,8 @@ import pytest
 
 import vit_course
 import vit_course.train
-from vit_course import checks, notebooks
+from tools import notebooks
+from vit_course import checks
 from vit_course.checks.rules import COURSE_RULES, RULES
 
 from . import (
