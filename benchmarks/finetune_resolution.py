@@ -1,17 +1,27 @@
-"""The ViT paper's resolution claim in miniature: the shipped ``cifar10-plain`` at 32 px, at 48 px with its position
-table resampled in 2D, and after a short fine-tune at 48 px.
+"""The ViT paper's resolution recipe on CIFAR-10: pre-train cheaply at 16 px, fine-tune at 32 px, against controls.
 
-Upsampled images add no detail, but each 4 x 4 patch then covers less of the object (a 12 x 12 grid instead of
-8 x 8), which is the mechanism the paper relies on when it fine-tunes at a higher resolution than it pre-trained
-at. Test images are upsampled bicubically from the 32 x 32 originals; the fine-tune uses the course's crop and
-flip on upsampled training images, AdamW at a tenth of the recipe's learning rate with a cosine to zero, for a
-time budget. Writes benchmarks/results/finetune_resolution.json; chapter 09 reads it.
+The paper (and FixRes before it) pre-trains at a low resolution and fine-tunes at a higher one, resampling the
+position table to the larger grid. Here the low resolution carries less detail for real: the 32-px images are
+averaged down to 16 px (2x2 blocks), so a 4x4 patch grid of 16 tokens replaces cifar10-plain's 8x8 grid of 64.
+- Pre-train: the network and training settings of ``--recipe`` (default ``cifar10-plain``: its epochs, AdamW,
+  warmup-cosine, label smoothing), at 16 px, with crop (padding 2) and flip.
+- Fine-tune: the position table resampled to 8x8 (``patches.resample_position_embeddings``), ``--finetune-epochs``
+  at 32 px with crop (padding 4) and flip, a tenth of the learning rate, cosine to zero, no warmup.
+- Controls: *resampled*, the 16-px model tested at 32 px with resampled positions and no fine-tune;
+  *continued_low*, the same fine-tuning seconds spent continuing at 16 px (same optimiser settings); and the
+  reference, ``cifar10-plain`` trained at 32 px throughout (its shipped accuracy and seconds).
+- ``step_seconds``: a training step at 16 and at 32 px timed alternately in this process, to compare the routes'
+  compute on one machine.
 
-    python benchmarks/finetune_resolution.py                  # 10 minutes of fine-tuning
-    python benchmarks/finetune_resolution.py --smoke --checkpoint PATH --out /tmp/ft.json
+Writes benchmarks/results/finetune_resolution.json, a seed at a time (pre-training checkpoints every epoch in
+--work and resumes); chapter 09 reads it.
+
+    python benchmarks/finetune_resolution.py --seeds 0 1
+    python benchmarks/finetune_resolution.py --smoke --out /tmp/ft.json
 """
 
 import argparse
+import copy
 import functools
 import json
 import time
@@ -21,72 +31,134 @@ import torch
 import torch.nn.functional as F
 from common import RESULTS
 
-from vit_course import DATASETS, ViT, evaluate, fit, load, load_checkpoint
+from vit_course import DATASETS, ViT, evaluate, fit, load
 from vit_course.batches import DeviceLoader, cifar_augment
-from vit_course.checkpoint import pretrained_path
+from vit_course.checkpoint import pretrained_path, read_checkpoint
 from vit_course.device import machine
 from vit_course.files import write_json
 from vit_course.patches import resample_position_embeddings
+from vit_course.recipes import RECIPES
+from vit_course.train import param_groups, train_step
 
 OUT = RESULTS / "finetune_resolution.json"
+LOW, HIGH = 16, 32
 
 
-def upsample(images, size):
-    """uint8 images (b, C, H, W) -> uint8 (b, C, size, size), bicubic (what a higher-resolution camera can't add)."""
-    out = F.interpolate(images.float(), size=(size, size), mode="bicubic", align_corners=False)
+def downsample(images, size):
+    """uint8 images (b, C, H, W) -> uint8 (b, C, size, size), each pixel the mean of the block it replaces."""
+    out = F.interpolate(images.float(), size=(size, size), mode="area")
     return out.round().clamp(0, 255).to(torch.uint8)
 
 
 def at_resolution(model, size):
     """The same ViT for ``size`` x ``size`` images: every weight copied, the position table resampled in 2D."""
-    config = dict(model.config, image_size=size)
-    bigger = ViT(**config)
+    bigger = ViT(**dict(model.config, image_size=size))
     state = dict(model.state_dict())
-    grid = bigger.grid_size
-    state["pos_embed"] = resample_position_embeddings(state["pos_embed"], grid, model.num_prefix_tokens)
+    state["pos_embed"] = resample_position_embeddings(state["pos_embed"], bigger.grid_size, model.num_prefix_tokens)
     bigger.load_state_dict(state)
-    return bigger.eval()
+    return bigger
 
 
 def loader(images, labels, batch, train=False, seed=0):
     meta = DATASETS["cifar10"]
-    augment = functools.partial(cifar_augment, padding=4) if train else None
+    padding = images.shape[-1] // 8  # 4 at 32 px, 2 at 16 px: the same share of the image
+    augment = functools.partial(cifar_augment, padding=padding) if train else None
     return DeviceLoader(images, labels, batch, shuffle=train, drop_last=train, augment=augment, seed=seed,
                         mean=meta["mean"], std=meta["std"], device="cpu")
 
 
+def step_seconds(name, rounds=10):
+    """{"16": s, "32": s}: median seconds of one training step of cifar10-plain's network (its batch) at each
+    resolution, the two timed alternately so that the machine's changes hit both."""
+    batch, steps = RECIPES[name]["train"]["batch_size"], {}
+    for size in (LOW, HIGH):
+        torch.manual_seed(0)
+        model = ViT(**dict(RECIPES[name]["model"], image_size=size)).train()
+        optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
+        x, y = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
+        steps[size] = functools.partial(train_step, model, x, y, optimizer)
+        steps[size]()  # warm-up
+    seconds = {size: [] for size in steps}
+    for _ in range(rounds):
+        for size, step in steps.items():
+            tick = time.perf_counter()
+            step()
+            seconds[size].append(time.perf_counter() - tick)
+    return {str(size): round(sorted(s)[len(s) // 2], 4) for size, s in seconds.items()}
+
+
+def one_seed(name, seed, data, epochs, finetune_epochs, work):
+    """Pre-train at 16 px (resumable), then the fine-tune and its controls; -> the seed's result row."""
+    (low_train, low_test), (high_train, high_test) = data
+    recipe = RECIPES[name]
+    settings = {k: v for k, v in recipe["train"].items() if k != "batch_size"}
+    torch.manual_seed(seed)
+    model = ViT(**dict(recipe["model"], image_size=LOW))
+    probe = [next(iter(low_test))]  # fit evaluates every epoch: one batch, the whole test set once at the end
+    history = fit(model, low_train, probe, device="cpu", checkpoint=work / f"pretrain-seed{seed}.pt", resume=True,
+                  progress=False, **dict(settings, epochs=epochs, seed=seed))
+    accuracy, seconds = {"low": evaluate(model, low_test)[1]}, {"pretrain": history["seconds"][-1]}
+    bigger = at_resolution(model, HIGH)
+    accuracy["resampled"] = evaluate(bigger, high_test)[1]
+    tune = dict(settings, lr=0.1 * settings["lr"], min_lr=0.0, warmup_epochs=0, seed=seed)
+    history = fit(bigger, high_train, [next(iter(high_test))], device="cpu", progress=False,
+                  **dict(tune, epochs=finetune_epochs))
+    accuracy["finetuned"], seconds["finetune"] = evaluate(bigger, high_test)[1], history["seconds"][-1]
+    continued = copy.deepcopy(model)  # the 16-px model, given the fine-tune's seconds at 16 px
+    history = fit(continued, low_train, probe, device="cpu", progress=False,
+                  **dict(tune, epochs=None, time_budget=seconds["finetune"]))
+    accuracy["continued_low"], seconds["continued_low"] = evaluate(continued, low_test)[1], history["seconds"][-1]
+    return {"seed": seed, "pretrain_epochs": epochs, "finetune_epochs": finetune_epochs,
+            "continued_low_epochs": history["epoch"][-1], "accuracy": {k: round(v, 4) for k, v in accuracy.items()},
+            "seconds": {k: round(v, 1) for k, v in seconds.items()}}
+
+
+def reference(name):
+    """Recipe ``name`` trained at 32 px throughout, as shipped: its accuracy, seconds, epochs and machine."""
+    metrics = read_checkpoint(pretrained_path(name))["metrics"]
+    return {"name": name, "accuracy": round(metrics["test_accuracy"], 4),
+            "seconds": round(metrics["train_seconds"], 1), "epochs": metrics["epochs"],
+            "machine": metrics.get("machine")}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", type=Path, default=None, help="default: the shipped cifar10-plain")
-    parser.add_argument("--resolution", type=int, default=48)
-    parser.add_argument("--seconds", type=float, default=600, help="time budget of the fine-tune")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--recipe", default="cifar10-plain", help="the network, settings and shipped reference")
+    parser.add_argument("--epochs", type=int, help="pre-training epochs at 16 px (default: the recipe's)")
+    parser.add_argument("--finetune-epochs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--smoke", action="store_true", help="a few seconds on a sliver of the data, for the tests")
+    parser.add_argument("--work", type=Path, default=Path("runs/finetune_resolution"))
+    parser.add_argument("--smoke", action="store_true", help="seconds, on a sliver of the data, for the tests")
     args = parser.parse_args(argv)
-    model, _ = load_checkpoint(args.checkpoint or pretrained_path("cifar10-plain"))
-    base = model.image_size[0]
+    recipe = RECIPES.get(args.recipe, {"mix": None})
+    if "mix" in recipe or recipe["model"].get("stem_channels"):
+        raise ValueError(f"--recipe {args.recipe!r}: needs a plain ViT recipe without CutMix/Mixup, e.g. cifar10-plain")
+    args.epochs = args.epochs or RECIPES[args.recipe]["train"]["epochs"]
     images, labels = load("cifar10", "train")
     test_images, test_labels = load("cifar10", "test")
     if args.smoke:
         images, labels, test_images, test_labels = images[:256], labels[:256], test_images[:128], test_labels[:128]
-        args.seconds = min(args.seconds, 5)
-    accuracy = {"base": evaluate(model, loader(test_images, test_labels, 256))[1]}
-    big_test = loader(upsample(test_images, args.resolution), test_labels, 256)
-    bigger = at_resolution(model, args.resolution)
-    accuracy["resampled"] = evaluate(bigger, big_test)[1]
-    train = loader(upsample(images, args.resolution), labels, 128, train=True)
-    lr = 0.1 * 2e-3
-    started = time.perf_counter()
-    # epochs=100: more than the budget allows, so the clock ends the fine-tune with a decayed learning rate
-    fit(bigger, train, [next(iter(big_test))], epochs=100, lr=lr, weight_decay=0.05, warmup_epochs=0,
-        label_smoothing=0.1, device="cpu", time_budget=args.seconds, progress=False)
-    seconds = time.perf_counter() - started
-    accuracy["finetuned"] = evaluate(bigger, big_test)[1]
-    result = {"base_resolution": base, "resolution": args.resolution,
-              "accuracy": {k: round(v, 4) for k, v in accuracy.items()}, "finetune_seconds": round(seconds, 1),
-              "test_images": len(test_labels), "machine": machine()}
-    write_json(args.out, result)
-    print(json.dumps(result["accuracy"]), f"wrote {args.out}")
+        args.epochs, args.finetune_epochs = 2, 1
+    stored = json.loads(args.out.read_text()) if args.out.exists() else {}
+    header = {"recipe": args.recipe, "low_resolution": LOW, "resolution": HIGH, "pretrain_epochs": args.epochs,
+              "finetune_epochs": args.finetune_epochs}
+    if stored and any(stored.get(k) != v for k, v in header.items()):
+        raise ValueError(f"{args.out} holds runs of other settings: { {k: stored.get(k) for k in header} }; "
+                         "pass another --out")
+    runs = stored.get("runs", [])
+    for seed in args.seeds:
+        if any(run["seed"] == seed for run in runs):
+            continue
+        data = [(loader(downsample(images, size) if size == LOW else images, labels, 128, train=True, seed=seed),
+                 loader(downsample(test_images, size) if size == LOW else test_images, test_labels, 500))
+                for size in (LOW, HIGH)]
+        runs.append(one_seed(args.recipe, seed, data, args.epochs, args.finetune_epochs, args.work))
+        write_json(args.out, {**header, "seeds": sorted(run["seed"] for run in runs), "runs": runs,
+                              "reference": reference(args.recipe),
+                              "step_seconds": step_seconds(args.recipe), "machine": machine()})
+        print(json.dumps(runs[-1]), flush=True)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

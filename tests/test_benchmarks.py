@@ -31,29 +31,56 @@ def benchmark(name):
 
 
 @needs_data
-def test_data_scaling_writes_the_chapters_json(tmp_path):
-    out = tmp_path / "scaling.json"
-    benchmark("data_scaling").main(["--smoke", "--out", str(out)])
+def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path):
+    out, work = tmp_path / "scaling.json", tmp_path / "work"
+    script = benchmark("data_scaling")
+    script.main(["--smoke", "--seeds", "0", "--models", "vit", "cnn", "--out", str(out), "--work", str(work)])
     result = json.loads(out.read_text())
-    assert result["fractions"] == [0.1, 0.25, 0.5, 1.0] and result["seeds"] == [0]
-    for name in ("vit", "cnn"):
-        model = result["models"][name]
-        assert len(model["test_accuracy"]) == 4 and all(0 <= a <= 1 for a in model["test_accuracy"])
-        assert model["params"] > 0 and model["per_seed"]["0"] == model["test_accuracy"]
-    images = [run["images"] for run in result["runs"] if run["model"] == "vit"]
-    assert images == sorted(images) and images[-1] == 2 * images[-2]  # growing, nested shares of the set
+    assert result["validation_images"] == 5000 and result["seeds"] == [0] and result["sizes"] == [256, 512]
+    assert [(r["model"], r["images"]) for r in result["runs"]] == [("vit", 256), ("cnn", 256), ("vit", 512),
+                                                                   ("cnn", 512)]  # small sets first
+    fields = {"model", "seed", "images", "epochs", "best_epoch", "steps", "val_accuracy", "test_accuracy",
+              "seconds", "params"}
+    for run in result["runs"]:
+        assert fields <= set(run) and 0 <= run["test_accuracy"] <= 1 and run["params"] > 0
+        assert run["best_round"] <= run["rounds"] <= 3
+        assert run["val_history"][run["best_round"] - 1] == run["val_accuracy"]
+    assert not list(work.glob("*.pt"))  # a finished run leaves no work file
+    script.main(["--smoke", "--seeds", "0", "1", "--models", "vit", "--sizes", "256", "--out", str(out),
+                 "--work", str(work)])  # finished runs are skipped, a new seed appended
+    again = json.loads(out.read_text())
+    assert again["runs"][:4] == result["runs"] and [(r["model"], r["seed"]) for r in again["runs"][4:]] == [("vit", 1)]
+    with pytest.raises(ValueError, match="other settings"):
+        script.main(["--smoke", "--width", "32", "--out", str(out), "--work", str(work)])
+
+
+def test_data_scaling_early_stopping_decays_once_then_stops(tmp_path):
+    """A validation accuracy that never improves after round 1: decay after `patience` rounds, stop after as many
+    more; the best round's weights are kept."""
+    script = benchmark("data_scaling")
+    model = torch.nn.Linear(3, 2)
+    scores = iter([0.5, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4])
+    script.evaluate = lambda model, batches: (0.0, next(scores))
+    train = [(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]))]
+    train = type("Loader", (list,), {"set_epoch": lambda self, epoch: None})(train)
+    state = script.train_run(model, train, None, patience=2, max_rounds=20, work=tmp_path / "run.pt")
+    assert state["best_round"] == 1 and state["decayed_at"] == 3 and state["rounds"] == 5
 
 
 @needs_data
 def test_finetune_resolution_writes_the_chapters_json(tmp_path):
-    torch.manual_seed(0)
-    model = ViT(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=32, depth=1, num_heads=2)
-    save_checkpoint(tmp_path / "tiny.pt", model)
     out = tmp_path / "ft.json"
-    benchmark("finetune_resolution").main(["--smoke", "--checkpoint", str(tmp_path / "tiny.pt"), "--out", str(out)])
+    benchmark("finetune_resolution").main(["--smoke", "--seeds", "0", "--out", str(out), "--work", str(tmp_path)])
     result = json.loads(out.read_text())
-    assert result["base_resolution"] == 32 and result["resolution"] == 48
-    assert set(result["accuracy"]) == {"base", "resampled", "finetuned"} and result["finetune_seconds"] > 0
+    assert result["low_resolution"] == 16 and result["resolution"] == 32 and result["seeds"] == [0]
+    (run,) = result["runs"]
+    assert set(run["accuracy"]) == {"low", "resampled", "finetuned", "continued_low"}
+    assert set(run["seconds"]) == {"pretrain", "finetune", "continued_low"} and min(run["seconds"].values()) > 0
+    assert run["seconds"]["continued_low"] <= 1.5 * run["seconds"]["finetune"] + 1  # the same time, at 16 px
+    assert result["reference"]["name"] == "cifar10-plain" and 0 < result["reference"]["accuracy"] < 1
+    assert set(result["step_seconds"]) == {"16", "32"}
+    with pytest.raises(ValueError, match="plain ViT recipe"):
+        benchmark("finetune_resolution").main(["--smoke", "--recipe", "cifar10", "--out", str(tmp_path / "x.json")])
 
 
 def test_a_model_at_a_higher_resolution_keeps_its_weights_and_resamples_positions():
