@@ -11,6 +11,7 @@ from .core import check
 from .gradients import CUT, cut_hint, gradient_flow, same_gradient
 from .messages import describe
 from .modules import check_dropout, only_biases, randomize_norms
+from .wiring import dropout_wiring
 
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
             "not F.dropout(x, p)")
@@ -47,6 +48,14 @@ def MLP(c, cls):
     x = torch.randn(4, 3, 8, generator=g)
     with torch.no_grad():
         check_dropout(c, model, x, reference(x), "with drop=0.5", MLP_EVAL, MLP_TRAIN, "MLP(8, 16, drop=0.5)")
+    with c.uncounted():
+        dropout_wiring(c, model, reference, x, "MLP(8, 16, drop=0.5)", {
+            (0.5, (4, 3, 16)): "the dropout after GELU (drop1)", (0.5, (4, 3, 8)): "the dropout after fc2 (drop2)"},
+            "fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return self.drop2(self.fc2(x))")
+        named = sorted(name for name, sub in model.named_children() if isinstance(sub, nn.Dropout))
+        c.ok(not named or named == ["drop1", "drop2"], f"your MLP's dropout modules are {named}, the statement's "
+             "are drop1 and drop2", "two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = "
+             "nn.Dropout(drop) after fc2 (timm's names: one shared module reads as a single dropout)")
 
 
 @check("LayerNorm")

@@ -75,6 +75,9 @@ RULES = {
         "mask": "passing `mask` to the attention",
         "options": "`ls1`, a `LayerScale(dim, init_values)` if `init_values` else `nn.Identity()`",
         "drop_path": "`drop_path1`, a `DropPath(drop_path)` if `drop_path > 0` else `nn.Identity()`",
+        "eps": "`norm1 = nn.LayerNorm(dim, eps=1e-6)`",
+        "dropout": "`attn = MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
+                   "proj_drop=drop)`",
         "gradient": "Gradients flow back to `x` and every parameter",
     },
     # chapter 04
@@ -119,6 +122,8 @@ RULES = {
         "sincos": "a buffer (not learned) holding `sincos_position_embedding(grid_size, dim)`",
         "pool": "pooling (`pool_tokens`)",
         "drop_path": "`drop_path * i / max(depth - 1, 1)`",
+        "eps": "`nn.LayerNorm(dim, eps=1e-6)`",
+        "blocks": "`EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values)`",
         "gradient": "Gradients flow from the logits back to every parameter",
     },
     "count_parameters": {
