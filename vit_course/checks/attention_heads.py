@@ -148,6 +148,14 @@ def MultiHeadAttention(c, cls):
                       dict(x=x), model, reference)
     _dropout(c, cls, g)
     _bad_input(c, cls, g)
+    with c.phase("names").uncounted():  # qkv_bias=False: a qkv without bias, the same output otherwise
+        reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
+        model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
+            ("qkv.bias", "qkv_bias=False seems ignored: qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)")])
+        x = torch.randn(2, 5, 12, generator=g)
+        with torch.no_grad():
+            c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
+                    "output with qkv_bias=False")
 
 
 def _attributes(c, model, label, dim, heads):

@@ -170,6 +170,12 @@ def DropPath(c, cls):
     for p in (1.0, -0.1):
         c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
                  hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")
+    with c.phase("p").uncounted():
+        module = c.build(cls, 0.25)
+        c.call(repr, module, label="repr")  # print(model) calls the given extra_repr, which reads self.p
+        c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
+             f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
+             "given extra_repr (what print(model) shows) and the ViT's checks read it")
 
 
 def _dropped_whole(c, out, x, p):

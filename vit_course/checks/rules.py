@@ -67,6 +67,7 @@ RULES = {
         "eval": "In eval mode, or with $p = 0$, return `x` unchanged",
         "training": "in training mode multiply each sample by its own 0-or-1 mask and divide by $1 - p$",
         "error": "raise a `ValueError` unless $0 \\le p < 1$",
+        "p": "keep the probability as `self.p`",
         "gradient": "Gradients flow back to `x`",
     },
     "EncoderBlock": {
