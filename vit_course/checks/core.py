@@ -158,7 +158,8 @@ class Checker(ModuleChecks):
             self.fail(f"{what} should be a tensor of shape {tuple(shape)}, got a tuple of {len(x)}: "
                       f"({', '.join(describe(t) for t in x)})")
         if not torch.is_tensor(x):
-            self.fail(f"{what} should be a torch.Tensor, got {describe(x)}")
+            self.fail(f"{what} should be a torch.Tensor, got {describe(x)}", "return one tensor, not a list of them"
+                      if isinstance(x, list) and x and all(torch.is_tensor(t) for t in x) else None)
         if shape is not None and tuple(x.shape) != tuple(shape):
             hint = next((h for s, h in shape_hints if tuple(s) == tuple(x.shape)), None)
             self.fail(f"{what} has shape {tuple(x.shape)}, expected {tuple(shape)}", hint)
