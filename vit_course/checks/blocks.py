@@ -9,7 +9,7 @@ from torch import nn
 from .. import blocks as ref
 from .core import check
 from .gradients import CUT, cut_hint, gradient_flow, same_gradient
-from .messages import describe
+from .messages import describe, where
 from .modules import check_dropout, only_biases, randomize_norms
 from .wiring import dropout_wiring
 
@@ -172,7 +172,11 @@ def DropPath(c, cls):
                  hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")
     with c.phase("p").uncounted():
         module = c.build(cls, 0.25)
-        c.call(repr, module, label="repr")  # print(model) calls the given extra_repr, which reads self.p
+        try:  # print(model) calls the given extra_repr, which reads self.p
+            repr(module)
+        except Exception as error:
+            c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", "keep the "
+                   "probability as self.p = p: the given extra_repr reads it")
         c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
              f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
              "given extra_repr (what print(model) shows) and the ViT's checks read it")
