@@ -128,10 +128,6 @@ def PatchEmbedding(c, cls):
         _attributes(c, model, shown, (size, size), p, ch, (size // p, size // p))
         c.load(model, reference, [(only_biases, "the projection has a bias: nn.Linear(P*P*in_channels, dim)"),
                                   ("proj", "the projection is one Linear `proj` (P*P*in_channels -> dim)")])
-        with c.phase("names").uncounted():
-            c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
-                 f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
-                 "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
         c.phase("output")
         images = torch.randn(b, ch, size, size, generator=g)
         proj = reference.proj
@@ -141,6 +137,11 @@ def PatchEmbedding(c, cls):
                     [(hint, lambda pat=pattern: proj(_wrong_patchify(images, p, pat))) for hint, pattern in ORDERS],
                     shape_hints=[((b, dim, size // p, size // p), "this is a Conv2d's (b, dim, gh, gw) feature map: "
                                   "flatten it to (b, gh*gw, dim), 'b d h w -> b (h w) d'")])
+        with c.phase("names").uncounted():
+            c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
+                 f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
+                 "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
+        c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["images"], label=shown), lambda t: reference(t["images"]),
                       dict(images=images), model, reference)
     model = c.build(cls, (8, 12), 4, 3, 10)
