@@ -79,7 +79,8 @@ def test_unpatchify_accepts(impl, capsys):
 
 
 class PatchEmbeddingConv(nn.Module):
-    """timm's way: a Conv2d with kernel = stride = P, called proj (a correct alternative)."""
+    """timm's way: a Conv2d with kernel = stride = P, called proj (exercise 4.3 asks an nn.Linear, so its check rejects
+    it; ViT's check loads it)."""
 
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__()
