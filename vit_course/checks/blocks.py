@@ -39,6 +39,8 @@ def MLP(c, cls):
                 ("there is no activation between fc1 and fc2: add nn.GELU()", lambda: fc2(fc1(x))),
                 ("the activation is applied after fc2 as well (or only there): it goes between fc1 and fc2",
                  lambda: F.gelu(fc2(F.gelu(fc1(x))))),
+                ("the input is added to the MLP's output: the residual belongs to the encoder block, the MLP returns "
+                 "fc2's output alone", lambda: x + fc2(F.gelu(fc1(x)))),
             ], atol=1e-5)
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
@@ -88,6 +90,14 @@ def LayerNorm(c, cls):
                          lambda: F.layer_norm(x, (dim,), w, b, 1e-5 if eps != 1e-5 else 1e-6)),
                         ("eps seems ignored or hard-coded: use the eps given to the constructor",
                          lambda: F.layer_norm(x, (dim,), w, b, 0.0)),
+                        ("the mean and variance are taken over the whole tensor: normalise each token over its own "
+                         "features, x.mean(-1, keepdim=True)", lambda: (x - x.mean()) / torch.sqrt(
+                             x.var(unbiased=False) + eps) * w + b),
+                        ("the bias is not added: scale by `weight`, then shift by `bias`",
+                         lambda: F.layer_norm(x, (dim,), w, None, eps)),
+                        ("the variance is the mean of x squared, E[x^2]: take it of the centred x, "
+                         "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)",
+                         lambda: (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w + b),
                         ("the mean and variance are taken over the wrong axis: normalise each token over its "
                          "own features, the last axis", lambda: (x - x.mean(0, keepdim=True)) / torch.sqrt(
                              x.var(0, unbiased=False, keepdim=True) + eps) * w + b),

@@ -37,6 +37,13 @@ def _block_variants(m, x, mask=None):
         y = x + mlp(n2(x))
         return y + attn(n1(y))
 
+    def residual_normalised():
+        y = n1(x)
+        y = y + attn(y)
+        return y + mlp(n2(y))
+
+    parallel = lambda: x + attn(n1(x)) + mlp(n2(x))  # noqa: E731
+    mlp_unnormalised = lambda: (lambda y: y + mlp(y))(x + attn(n1(x)))  # noqa: E731
     no_attn_res = lambda: (lambda y: y + mlp(n2(y)))(attn(n1(x)))  # noqa: E731
     no_mlp_res = lambda: mlp(n2(x + attn(n1(x))))  # noqa: E731
     no_res = lambda: mlp(n2(attn(n1(x))))  # noqa: E731
@@ -50,6 +57,11 @@ def _block_variants(m, x, mask=None):
         ("the residual connection around the MLP is missing: x = x + mlp(norm2(x))", no_mlp_res),
         ("both residual connections are missing: x = x + attn(norm1(x)); x = x + mlp(norm2(x))", no_res),
         ("the MLP comes before attention: attention first, then the MLP", mlp_first),
+        ("the residual stream is the normalised x: normalise only the branch's input, x = x + attn(norm1(x))",
+         residual_normalised),
+        ("both branches read the same x (a parallel block): the MLP reads the x updated by attention, "
+         "x = x + attn(norm1(x)); x = x + mlp(norm2(x))", parallel),
+        ("the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))", mlp_unnormalised),
     ]
 
 

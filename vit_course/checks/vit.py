@@ -172,7 +172,9 @@ def _sincos(c, cls, g):
     table, zero = reference.pos_embed[0, 1:], torch.zeros(1, config["dim"])
     c.close(pos, reference.pos_embed, "sin-cos position table (pos_embed)", [
         ("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
-         lambda: torch.cat([table, zero])[None])],
+         lambda: torch.cat([table, zero])[None]),
+        ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
+         "table])[None]", lambda: torch.cat([table[:1], table])[None])],
         shape_hints=[((1, 16, 64), "the class token needs a position row too: a zero row in front, (1, N + 1, D)"),
                      ((17, 64), "add the batch axis in front: table[None] is (1, n, D)")])
     c.load(model, reference, [("pos_embed", "register the table as a buffer named pos_embed, persistent (the "
