@@ -218,6 +218,8 @@ class MLPSlip(ref.MLP):
         if self.slip == "no_grad":
             with torch.no_grad():
                 return self.drop2(self.fc2(self.drop1(self.act(hidden))))
+        if self.slip == "residual_inside":
+            return x + self.drop2(self.fc2(self.drop1(self.act(hidden))))
         if self.slip == "no_drop2":
             return self.fc2(self.drop1(self.act(hidden)))
         if self.slip == "drop_before_act":
@@ -308,6 +310,7 @@ SLIPS = [
     slip("MLP", "output", "tanh", subclass(ref.MLP, lambda self, x: self.fc2(F.gelu(self.fc1(x), approximate="tanh"))),
          "tanh approximation"),
     slip("MLP", "dropout", "functional", MLPFunctionalDropout, "dropout is applied in eval mode"),
+    slip("MLP", "output", "residual_inside", mlp("residual_inside"), "the residual belongs to the encoder block"),
     slip("MLP", "dropout", "no_drop2", mlp("no_drop2"), r"missing: the dropout after fc2 \(drop2\)"),
     slip("MLP", "dropout", "drop_before_act", mlp("drop_before_act"),
          r"right probabilities but sit in other places(.|\n)*fc1, GELU, dropout, fc2, dropout"),

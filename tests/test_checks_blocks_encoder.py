@@ -25,18 +25,20 @@ def block(kind):
         if kind == "nores":
             x = attn(self.norm1(x))
             return x + self.mlp(self.norm2(x))
+        if kind == "parallel":
+            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
         x = x + self.drop_path1(self.ls1(attn(self.norm1(x))))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
     return type("EncoderBlock", (ref.EncoderBlock,), dict(forward=forward))
 
 
 class BlockOwnParts(nn.Module):
-    """A block from the learner's own parts, with nn.LayerNorm's default eps (1e-5): close enough."""
+    """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
                  init_values=None):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
         self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, drop)
         self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop)
         self.ls1, self.ls2 = (ref.LayerScale(dim, init_values) if init_values else nn.Identity() for _ in range(2))
@@ -166,6 +168,7 @@ SLIPS = [
     slip("EncoderBlock", "names", "ln1", BlockRenamed, r"missing \['norm1.weight'"),
     slip("EncoderBlock", "output", "post_norm", block("post"), "post-norm"),
     slip("EncoderBlock", "output", "no_residual", block("nores"), "residual connection around attention"),
+    slip("EncoderBlock", "output", "parallel", block("parallel"), "both branches read the same x"),
     slip("EncoderBlock", "mask", "no_mask", block("nomask"), "mask seems not to reach"),
     slip("EncoderBlock", "options", "qkv_bias", block_slip("qkv_bias"), "qkv_bias=False seems ignored"),
     slip("EncoderBlock", "options", "swap_ls", block_slip("swap_ls"), "ls1 and ls2 are swapped"),
