@@ -240,11 +240,14 @@ def test_solutions_are_folded_with_outputs_visible(html):
 
 
 def test_no_page_shows_the_grading_markers(html):
-    """The solutions are shown without `### BEGIN SOLUTION` / `### END SOLUTION` (folded ones included)."""
-    pages = [p for p in html.rglob("*.html") if "_sources" not in p.parts]
-    shown = {p.relative_to(html).as_posix(): n for p in pages
-             if (n := len(re.findall(r"(?:BEGIN|END)(?:<[^>]*>|\s)*SOLUTION", p.read_text())))}
-    assert not shown, f"grading markers on the book's pages: {shown}"
+    """The solutions are shown without `### BEGIN SOLUTION` / `### END SOLUTION` (folded ones included), and no
+    file of the built site has them: not the search index, not the chapters' ".ipynb" downloads (_sources/)."""
+    files = [p for p in html.rglob("*") if p.is_file() and (p.suffix in (".html", ".js", ".ipynb", ".txt")
+                                                            or ".ipynb" in p.name)]
+    assert any("_sources" in p.parts and ".ipynb" in p.name for p in files), "no chapter notebook to download"
+    shown = {p.relative_to(html).as_posix(): n for p in files
+             if (n := len(re.findall(r"(?:BEGIN|END)(?:<[^>]*>|\s)*SOLUTION", p.read_text(errors="replace"))))}
+    assert not shown, f"grading markers in the built book: {shown}"
     folded = sum(chapter.count("Show solution") for chapter in chapter_pages(html).values())
     assert folded >= 20  # the solutions are still there, folded
 

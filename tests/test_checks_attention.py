@@ -275,7 +275,15 @@ GRAD = r"look for `.detach\(\)`, `.data`, `torch.no_grad\(\)` or a detour throug
 
 
 # the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
+def sdpa_log_softmax(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    weights = scores.log_softmax(-1)
+    return weights @ v, weights
+
+
 SLIPS = [
+    slip("scaled_dot_product_attention", "output", "log_softmax", sdpa_log_softmax, "these are log-probabilities"),
     slip("scaled_dot_product_attention", "output", "k.T", sdpa_kT,
          r"at line \d+ of your code: scores = q @ k.T(.|\n)*likely cause: `.T` reverses all the axes"),
     slip("scaled_dot_product_attention", "output", "mask_always", sdpa_mask_always,

@@ -255,6 +255,8 @@ class MHASlip(MHAFused):
         super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
         if self.slip == "no_head_dim":
             del self.head_dim
+        if self.slip == "qkv_bias_ignored":
+            self.qkv = nn.Linear(dim, 3 * dim)
 
     def split_qkv(self, x):
         if x.ndim != 3 or x.shape[-1] != self.dim:
@@ -301,6 +303,8 @@ SLIPS = [
     slip("merge_heads", "gradient", "detach", lambda x: ref.merge_heads(x).detach(), "carries no gradient"),
     slip("merge_heads", "inputs", "in_place", merge_in_place, "changed its input `x` in place"),
     slip("MultiHeadAttention", "names", "separate", MHASeparate, "one fused Linear `qkv`"),
+    slip("MultiHeadAttention", "names", "qkv_bias_ignored", mha("qkv_bias_ignored"),
+         r"unexpected \['qkv.bias'\](.|\n)*qkv_bias=False seems ignored"),
     slip("MultiHeadAttention", "attributes", "no_head_dim", mha("no_head_dim"),
          r"head_dim should be 4, got None(.|\n)*self.head_dim = dim // num_heads"),
     slip("MultiHeadAttention", "split_qkv", "order", mha("split_order"), "q, k and v from split_qkv(.|\n)*wrong order"),

@@ -218,11 +218,49 @@ class MLPSlip(ref.MLP):
         if self.slip == "no_grad":
             with torch.no_grad():
                 return self.drop2(self.fc2(self.drop1(self.act(hidden))))
+        if self.slip == "residual_inside":
+            return x + self.drop2(self.fc2(self.drop1(self.act(hidden))))
+        if self.slip == "no_drop2":
+            return self.fc2(self.drop1(self.act(hidden)))
+        if self.slip == "drop_before_act":
+            return self.drop2(self.fc2(self.act(self.drop1(hidden))))
+        if self.slip == "one_dropout":
+            return self.drop(self.fc2(self.drop(self.act(hidden))))
         return self.drop2(self.fc2(self.drop1(self.act(hidden))))
 
 
 def mlp(slip):
     return type("MLP", (MLPSlip,), {"slip": slip})
+
+
+class MLPOneDropout(MLPSlip):
+    """One dropout module `drop` for both places (the statement names two, drop1 and drop2)."""
+
+    slip = "one_dropout"
+
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__(dim, hidden_dim, drop)
+        del self.drop1, self.drop2
+        self.drop = nn.Dropout(drop)
+
+
+class DropPathOtherName(DropPathTimm):
+    """p kept as `drop_prob`: the given extra_repr, which reads self.p, then raises."""
+
+    def __init__(self, p=0.0):
+        super().__init__(p)
+        self.drop_prob = p
+        del self.p
+
+    def forward(self, x):
+        self.p = self.drop_prob
+        try:
+            return super().forward(x)
+        finally:
+            del self.p
+
+    def extra_repr(self):
+        return f"p={self.p}"
 
 
 class LayerNormSlip(ref.LayerNorm):
@@ -272,6 +310,11 @@ SLIPS = [
     slip("MLP", "output", "tanh", subclass(ref.MLP, lambda self, x: self.fc2(F.gelu(self.fc1(x), approximate="tanh"))),
          "tanh approximation"),
     slip("MLP", "dropout", "functional", MLPFunctionalDropout, "dropout is applied in eval mode"),
+    slip("MLP", "output", "residual_inside", mlp("residual_inside"), "the residual belongs to the encoder block"),
+    slip("MLP", "dropout", "no_drop2", mlp("no_drop2"), r"missing: the dropout after fc2 \(drop2\)"),
+    slip("MLP", "dropout", "drop_before_act", mlp("drop_before_act"),
+         r"right probabilities but sit in other places(.|\n)*fc1, GELU, dropout, fc2, dropout"),
+    slip("MLP", "dropout", "one_dropout", MLPOneDropout, r"dropout modules are \['drop'\], the statement's are drop1"),
     slip("MLP", "gradient", "detach", mlp("detach"), r"no gradient reaches `fc1.weight`(.|\n)*self.fc1\(x\).detach"),
     slip("MLP", "gradient", "no_grad", mlp("no_grad"), r"carries no gradient at all(.|\n)*torch.no_grad"),
     slip("MLP", "inputs", "clamp_", mlp("in_place"), "changed its input `x` in place"),
@@ -296,4 +339,6 @@ SLIPS = [
     slip("DropPath", "error", "no_check", DropPathNoCheck, "p=1.0 is not a probability below 1: expected a ValueError"),
     slip("DropPath", "gradient", "detach", drop_path("detach"), r"carries no gradient at all(.|\n)*x.detach\(\)"),
     slip("DropPath", "inputs", "mul_", drop(inplace=True), "changed its input `x` in place"),
+    slip("DropPath", "p", "drop_prob", DropPathOtherName,
+         r"print\(DropPath\(0.25\)\) raised AttributeError(.|\n)*keep the probability as self.p"),
 ]

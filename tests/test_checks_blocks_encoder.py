@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import vit_course as ref
-from vit_course import checks
+from vit_course import MLP, MultiHeadAttention, checks
 
 from .check_helpers import accepts, rejects, slip
 from .test_checks_blocks import DropPathTimm
@@ -25,18 +25,20 @@ def block(kind):
         if kind == "nores":
             x = attn(self.norm1(x))
             return x + self.mlp(self.norm2(x))
+        if kind == "parallel":
+            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
         x = x + self.drop_path1(self.ls1(attn(self.norm1(x))))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
     return type("EncoderBlock", (ref.EncoderBlock,), dict(forward=forward))
 
 
 class BlockOwnParts(nn.Module):
-    """A block from the learner's own parts, with nn.LayerNorm's default eps (1e-5): close enough."""
+    """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
                  init_values=None):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
         self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, drop)
         self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop)
         self.ls1, self.ls2 = (ref.LayerScale(dim, init_values) if init_values else nn.Identity() for _ in range(2))
@@ -140,11 +142,33 @@ class BlockRenamed(ref.EncoderBlock):
         return x + self.mlp(self.norm2(x))
 
 
+class BlockWiring(ref.EncoderBlock):
+    """Built as the statement says, then one option dropped: norms with PyTorch's eps, or a rate not passed on."""
+
+    slip = None
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        super().__init__(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, init_values)
+        if self.slip == "eps":
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        if self.slip in ("proj_drop", "attn_drop"):
+            self.attn = MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, **{
+                "proj_drop": dict(attn_drop=attn_drop), "attn_drop": dict(proj_drop=drop)}[self.slip])
+        if self.slip == "mlp_drop":
+            self.mlp = MLP(dim, int(dim * mlp_ratio))
+
+
+def block_wiring(slip):
+    return type("EncoderBlock", (BlockWiring,), {"slip": slip})
+
+
 # the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
 SLIPS = [
     slip("EncoderBlock", "names", "ln1", BlockRenamed, r"missing \['norm1.weight'"),
     slip("EncoderBlock", "output", "post_norm", block("post"), "post-norm"),
     slip("EncoderBlock", "output", "no_residual", block("nores"), "residual connection around attention"),
+    slip("EncoderBlock", "output", "parallel", block("parallel"), "both branches read the same x"),
     slip("EncoderBlock", "mask", "no_mask", block("nomask"), "mask seems not to reach"),
     slip("EncoderBlock", "options", "qkv_bias", block_slip("qkv_bias"), "qkv_bias=False seems ignored"),
     slip("EncoderBlock", "options", "swap_ls", block_slip("swap_ls"), "ls1 and ls2 are swapped"),
@@ -155,4 +179,11 @@ SLIPS = [
     slip("EncoderBlock", "gradient", "attn_no_grad", block_more("attn_no_grad"),
          r"no gradient reaches `norm1.weight`(.|\n)*torch.no_grad"),
     slip("EncoderBlock", "inputs", "plus_equals", block_more("in_place"), "changed its input `x` in place"),
+    slip("EncoderBlock", "eps", "torch_default", block_wiring("eps"), r"norm1.eps is 1e-05, the statement's is 1e-6"),
+    slip("EncoderBlock", "dropout", "no_proj_drop", block_wiring("proj_drop"),
+         r"missing: drop=0.1 after the attention's proj \(proj_drop=drop\)"),
+    slip("EncoderBlock", "dropout", "no_attn_drop", block_wiring("attn_drop"),
+         r"missing: attn_drop=0.3 on the attention weights"),
+    slip("EncoderBlock", "dropout", "mlp_without_drop", block_wiring("mlp_drop"),
+         r"missing: .*drop=0.1 in the MLP after GELU"),
 ]

@@ -24,7 +24,8 @@ def deleting(slip=None):
             raise ValueError(f"fraction {fraction} is not in [0, 1]")
         if slip == "same tensor" and fraction == 0:
             return images
-        k = {"int": int, "ceil": math.ceil}.get(slip, round)(fraction * gh * gw)
+        k = {"int": int, "ceil": math.ceil}.get(slip, round)(fraction * gh * gw / (100 if slip == "percent" else 1))
+        ranking = ranking[:1].expand(b, -1) if slip == "image 0" else ranking
         out = images if slip == "in place" else images.clone()
         if slip == "batch wide":
             top = ranking.flatten().topk(k * b).indices
@@ -41,6 +42,10 @@ def deleting(slip=None):
                 out[i, :, p // w, p % w] = fill
             elif slip == "corner pixel":
                 out[i, :, r * patch_size, c * patch_size] = fill
+            elif slip == "grid square":
+                out[i, :, r:r + patch_size, c:c + patch_size] = fill
+            elif slip == "first channel":
+                out[i, :1, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
             else:
                 out[i, :, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
         return out
@@ -53,6 +58,10 @@ def deleting(slip=None):
     (deleting("grid pixel"), "patch numbers were used as pixel positions"),
     (deleting("flat pixel"), "patch numbers were used as pixel positions"),
     (deleting("corner pixel"), "only one pixel of each patch"),
+    (deleting("grid square"), "the patch's grid row and column were used as its pixel position"),
+    (deleting("first channel"), "only the first channel was zeroed"),
+    (deleting("percent"), "not a percentage"),
+    (deleting("image 0"), "image 0's ranking was used for every image"),
     (deleting("int"), r"int\(\) rounds down"),
     (deleting("ceil"), r"math.ceil rounds up"),
     (deleting("batch wide"), "whole batch"),

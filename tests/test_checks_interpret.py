@@ -94,11 +94,14 @@ def rollout(slip=None):
         result = torch.eye(attentions[0].shape[-1], dtype=dtype)
         for a in layers:
             a = a.to(dtype)
-            a = {"max": a.amax(1), "sum": a.sum(1), "no mean": a}.get(slip, a.mean(1))
-            a = a if slip == "no identity" else a + torch.eye(a.shape[-1], dtype=dtype)
-            if slip != "no renorm":
+            a = {"max": a.amax(1), "sum": a.sum(1), "no mean": a, "head 0": a[:, 0]}.get(slip, a.mean(1))
+            a = a if slip in ("no identity", "identity at the end") else a + torch.eye(a.shape[-1], dtype=dtype)
+            if slip not in ("no renorm", "identity at the end"):
                 a = a / a.sum(-2 if slip == "wrong axis" else -1, keepdim=True)
             result = result @ a if slip == "first left" else a @ result
+        if slip == "identity at the end":
+            result = result + torch.eye(result.shape[-1], dtype=dtype)
+            result = result / result.sum(-1, keepdim=True)
         return result
     return attention_rollout
 
@@ -110,6 +113,8 @@ def rollout(slip=None):
     (rollout("first left"), "multiplied in the wrong order"),
     (rollout("max"), "combined with max"),
     (rollout("sum"), "the heads are summed"),
+    (rollout("head 0"), "only head 0 is used"),
+    (rollout("identity at the end"), "the identity is added once, after the product"),
     (rollout("no mean"), r"average over the heads: the rollout is \(b, n, n\)"),
     (rollout("skip first"), "the first layer is left out"),
     (lambda attentions: rollout()(attentions[-1:]), "only the last layer is used"),

@@ -79,7 +79,8 @@ def test_unpatchify_accepts(impl, capsys):
 
 
 class PatchEmbeddingConv(nn.Module):
-    """timm's way: a Conv2d with kernel = stride = P, called proj (a correct alternative)."""
+    """timm's way: a Conv2d with kernel = stride = P, called proj (exercise 4.3 asks an nn.Linear, so its check rejects
+    it; ViT's check loads it)."""
 
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__()
@@ -111,7 +112,7 @@ def test_patch_embedding_rejects(impl, hint):
     rejects(checks.PatchEmbedding, impl, hint)
 
 
-@pytest.mark.parametrize("impl", [ref.PatchEmbedding, PatchEmbeddingConv])
+@pytest.mark.parametrize("impl", [ref.PatchEmbedding])
 def test_patch_embedding_accepts(impl, capsys):
     accepts(checks.PatchEmbedding, impl, capsys)
 
@@ -257,6 +258,16 @@ def unpatchify_checks(ndim=True, length=True, width=True):
     return unpatchify
 
 
+def unpatchify_by_index(patches, p, size):
+    """The sizes read by index, shape[0], shape[1], shape[-1], with no check of ndim: a 4-D tensor slips through."""
+    gh, gw = patch_grid(size, p)
+    b, n, width = patches.shape[0], patches.shape[1], patches.shape[-1]
+    if n != gh * gw or width % (p * p):
+        raise ValueError(f"patches {tuple(patches.shape)} do not make a {size} image")
+    return patches.reshape(b, gh, gw, p, p, width // (p * p)).permute(0, 5, 1, 3, 2, 4).reshape(
+        b, width // (p * p), gh * p, gw * p)
+
+
 def unpatchify_detached(patches, p, size):
     return ref.unpatchify(patches, p, size).detach()
 
@@ -339,6 +350,8 @@ SLIPS = [
          r"\(it has 9\): expected a ValueError"),
     slip("unpatchify", "error-width", "no_width", unpatchify_checks(width=False),
          r"width 40 .*: expected a ValueError"),
+    slip("unpatchify", "error-ndim", "by_index", unpatchify_by_index, r"patches of shape \(2, 4, 1, 48\) are 4-D: "
+         r"expected a ValueError(.|\n)*check `patches.ndim == 3` first"),
     slip("unpatchify", "gradient", "detach", unpatchify_detached, "carries no gradient"),
     slip("unpatchify", "inputs", "resize_", unpatchify_resize, "changed its input `patches` in place"),
     slip("PatchEmbedding", "attributes", "size_int", type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {}),
@@ -348,6 +361,7 @@ SLIPS = [
          r"likely cause: a pair where one int is expected: patch_size is a single int P"),
     slip("PatchEmbedding", "attributes", "no_grid", PatchEmbeddingNoGrid, r"grid_size should be \(2, 2\), got None"),
     slip("PatchEmbedding", "names", "no_bias", PatchEmbeddingNoBias, "the projection has a bias"),
+    slip("PatchEmbedding", "names", "conv_proj", PatchEmbeddingConv, r"proj should be an nn.Linear, got Conv2d"),
     slip("PatchEmbedding", "output", "channels_first", PatchEmbeddingChannelsFirst, "channels-first"),
     slip("PatchEmbedding", "output", "conv_map", PatchEmbeddingMap, "Conv2d's"),
     slip("PatchEmbedding", "error-init", "floored", patch_embedding("floored"), r"30 is not divisible by 4\): building "

@@ -9,6 +9,8 @@ from torch import nn
 import vit_course as ref
 from vit_course import checks, pool_tokens
 from vit_course.checks import CheckFailed
+from vit_course.hybrid import hybrid_stem
+from vit_course.patches import to_pair
 
 from .check_helpers import accepts, rejects, slip
 from .test_checks_patches import PatchEmbeddingConv
@@ -18,11 +20,14 @@ class ViTParts(nn.Module):
     """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative)."""
 
     def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
-                 pool="cls", pos_embed="learned", class_token=None, drop_path=0.0, mistake=None):
+                 pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, stem_channels=None, stem_pool=True,
+                 drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None, mistake=None):
         super().__init__()
-        grid = image_size // patch_size
+        self.stem, size, channels = hybrid_stem(in_channels, stem_channels, to_pair(image_size), stem_pool)
+        grid = size[0] // patch_size
         self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
-        self.patch_embed = PatchEmbeddingConv(image_size, patch_size, in_channels, dim)
+        self.patch_embed = PatchEmbeddingConv(*((image_size, patch_size, in_channels) if mistake == "pe_image_size"
+                                                else (size, patch_size, channels)), dim)
         if mistake != "no_grid":
             self.grid_size = (grid, grid)
         self.k = 1 if mistake == "cls_always" else self.k
@@ -44,14 +49,17 @@ class ViTParts(nn.Module):
                 "no_max": lambda i: drop_path * i / (depth - 1)}.get(
             mistake, lambda i: drop_path * i / max(depth - 1, 1))
         rates = [rate(i) for i in range(depth)]
-        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, drop_path=r) for r in rates)
-        self.norm, self.head = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, num_classes)
+        drops = (attn_drop, drop) if mistake == "drops_swapped" else (drop, attn_drop)
+        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, *drops, r, init_values)
+                                    for r in rates)
+        self.norm = nn.LayerNorm(dim) if mistake == "eps" else nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
         self.mistake = mistake
 
     def embed(self, images):
         if self.mistake == "in_place":
             images -= images.mean()
-        x = self.patch_embed(images)  # (b, N, D)
+        x = self.patch_embed(images if self.mistake == "no_stem" else self.stem(images))  # (b, N, D)
         x = x.detach() if self.mistake == "embed_detached" else x
         if self.mistake == "append":
             return torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
@@ -60,7 +68,7 @@ class ViTParts(nn.Module):
 
     def forward(self, images):
         x = self.embed(images)  # (b, n, D)
-        for blk in self.blocks:
+        for blk in self.blocks[:1] if self.mistake == "first_block" else self.blocks:
             x = blk(x)
         x = x if self.mistake == "nonorm" else self.norm(x)
         pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
@@ -122,7 +130,7 @@ class ViTInlineEmbed(ViTParts):
 
     def forward(self, images):
         x = ViTParts.embed(self, images)
-        for blk in self.blocks:
+        for blk in self.blocks[:1] if self.mistake == "first_block" else self.blocks:
             x = blk(x)
         return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
 
@@ -186,6 +194,13 @@ SLIPS = [
     slip("ViT", "embed", "no_embed", ViTInlineEmbed, "has no method embed"),
     slip("ViT", "embed", "appended", vit_with("append"), r"tokens from embed\(images\)(.|\n)*appended"),
     slip("ViT", "output", "no_norm", vit_with("nonorm"), "final LayerNorm"),
+    slip("ViT", "output", "first_block", vit_with("first_block"), "only the first block is applied"),
+    slip("ViT", "embed", "no_stem", vit_with("no_stem"), r"raised ValueError(.|\n)*embed skips the stem"),
+    slip("ViT", "names", "pe_image_size", vit_with("pe_image_size"),
+         r"patch_embed is built for images of size \(16, 16\) with 3 channels(.|\n)*PatchEmbedding\(token_image"),
+    slip("ViT", "eps", "torch_default", vit_with("eps"), r"norm.eps is 1e-05, the statement's is 1e-6"),
+    slip("ViT", "blocks", "drops_swapped", vit_with("drops_swapped"),
+         r"missing: 3 x attn_drop=0.3 on the attention weights(.|\n)*in the statement's order"),
     slip("ViT", "initial", "cls_random", vit_with("cls_random"), "cls_token should be zeros"),
     slip("ViT", "sincos", "parameter", vit_with("sincos_param"), "register_buffer"),
     slip("ViT", "pool", "mean_all", vit_with("mean_all"), "mean pooling averages the class token in"),

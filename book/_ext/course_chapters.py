@@ -4,7 +4,8 @@ The chapters are the solution notebooks themselves (book/chapters -> ../solution
 - `fold_solutions` tags every exercise cell (one holding `### BEGIN SOLUTION`) `hide-input` while the notebook
   is read, so the page shows the solution behind a "Show solution" toggle and its outputs open.
 - `strip_markers` then drops the grading markers (`### BEGIN SOLUTION`, `### END SOLUTION`, and the hint
-  markers) from the code the book shows: they are for `python -m tools.notebooks`, not for the reader.
+  markers) from the code the book shows, and `strip_copied_sources` from the notebooks the pages offer as
+  ".ipynb" downloads (_sources/): they are for `python -m tools.notebooks`, not for the reader.
 - `label_setup` names the toggle of the setup cell, which its own `hide-cell` tag (written by
   `python -m tools.notebooks`) folds, input and output, so each chapter opens with its story.
 - `point_book_links` turns a chapter's links to the book's pages, `../book/NAME.md` (right from solutions/ and
@@ -247,8 +248,20 @@ def dedupe_scripts(app, pagename, templatename, context, doctree):
         context["script_files"][:] = kept
 
 
+def strip_copied_sources(app, exception):
+    """The html builder copies each chapter's notebook from disk to _sources/ (the page's ".ipynb" download):
+    drop the grading markers from those copies too, once the build is done."""
+    if exception is not None or app.builder.format != "html":
+        return
+    for path in sorted(Path(app.outdir, "_sources").rglob("*.ipynb*")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        if strip_markers(notebook):
+            path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def setup(app):
     app.connect("source-read", on_source_read)
+    app.connect("build-finished", strip_copied_sources)
     app.connect("html-page-context", dedupe_scripts)
     app.add_transform(LocalAssets)
     app.connect("env-purge-doc", on_purge_doc)

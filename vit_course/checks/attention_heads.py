@@ -83,9 +83,10 @@ def reference_attention(m, x, mask=None):
     return ref.scaled_dot_product_attention(q, k, v, mask)
 
 
-def _variant(m, x, mask=None, layout="three h d", merge="h d", proj=True, **kw):
+def _variant(m, x, mask=None, layout="three h d", merge="h d", proj=True, values="v", **kw):
     """MultiHeadAttention with one mistake (for diagnosis only)."""
     q, k, v = rearrange(m.qkv(x), f"b n ({layout}) -> three b h n d", three=3, h=m.num_heads).unbind(0)
+    v = {"v": v, "q": q, "k": k}[values]
     out = attention(q, k, v, mask, **kw)[0]  # (b, h, n, d)
     out = rearrange(out, f"b h n d -> b n ({merge})") if merge != "view" else out.reshape(x.shape)
     return m.proj(out) if proj else out
@@ -112,6 +113,10 @@ def _hints(m, x, mask=None):
         (INTERLEAVED, lambda: _variant(m, x, mask, layout="three d h", merge="d h")),
         ("the output projection `proj` seems to be missing after merging the heads",
          lambda: _variant(m, x, mask, proj=False)),
+        ("the values are taken from q (or k): attend over v, the third part of qkv's output",
+         lambda: _variant(m, x, mask, values="q")),
+        ("the values are taken from q (or k): attend over v, the third part of qkv's output",
+         lambda: _variant(m, x, mask, values="k")),
     ] + ([(INVERTED, lambda: _variant(m, x, mask, mask_mode="inverted")),
           ("the mask seems to be ignored: pass it on, F.scaled_dot_product_attention(..., attn_mask=mask)",
            lambda: _variant(m, x, mask, mask_mode="none"))] if mask is not None else [])
@@ -148,6 +153,14 @@ def MultiHeadAttention(c, cls):
                       dict(x=x), model, reference)
     _dropout(c, cls, g)
     _bad_input(c, cls, g)
+    with c.phase("names").uncounted():  # qkv_bias=False: a qkv without bias, the same output otherwise
+        reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
+        model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
+            ("qkv.bias", "qkv_bias=False seems ignored: qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)")])
+        x = torch.randn(2, 5, 12, generator=g)
+        with torch.no_grad():
+            c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
+                    "output with qkv_bias=False")
 
 
 def _attributes(c, model, label, dim, heads):

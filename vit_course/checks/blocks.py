@@ -9,8 +9,9 @@ from torch import nn
 from .. import blocks as ref
 from .core import check
 from .gradients import CUT, cut_hint, gradient_flow, same_gradient
-from .messages import describe
+from .messages import describe, where
 from .modules import check_dropout, only_biases, randomize_norms
+from .wiring import dropout_wiring
 
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
             "not F.dropout(x, p)")
@@ -38,6 +39,8 @@ def MLP(c, cls):
                 ("there is no activation between fc1 and fc2: add nn.GELU()", lambda: fc2(fc1(x))),
                 ("the activation is applied after fc2 as well (or only there): it goes between fc1 and fc2",
                  lambda: F.gelu(fc2(F.gelu(fc1(x))))),
+                ("the input is added to the MLP's output: the residual belongs to the encoder block, the MLP returns "
+                 "fc2's output alone", lambda: x + fc2(F.gelu(fc1(x)))),
             ], atol=1e-5)
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
@@ -47,6 +50,14 @@ def MLP(c, cls):
     x = torch.randn(4, 3, 8, generator=g)
     with torch.no_grad():
         check_dropout(c, model, x, reference(x), "with drop=0.5", MLP_EVAL, MLP_TRAIN, "MLP(8, 16, drop=0.5)")
+    with c.uncounted():
+        dropout_wiring(c, model, reference, x, "MLP(8, 16, drop=0.5)", {
+            (0.5, (4, 3, 16)): "the dropout after GELU (drop1)", (0.5, (4, 3, 8)): "the dropout after fc2 (drop2)"},
+            "fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return self.drop2(self.fc2(x))")
+        named = sorted(name for name, sub in model.named_children() if isinstance(sub, nn.Dropout))
+        c.ok(not named or named == ["drop1", "drop2"], f"your MLP's dropout modules are {named}, the statement's "
+             "are drop1 and drop2", "two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = "
+             "nn.Dropout(drop) after fc2 (timm's names: one shared module reads as a single dropout)")
 
 
 @check("LayerNorm")
@@ -79,6 +90,14 @@ def LayerNorm(c, cls):
                          lambda: F.layer_norm(x, (dim,), w, b, 1e-5 if eps != 1e-5 else 1e-6)),
                         ("eps seems ignored or hard-coded: use the eps given to the constructor",
                          lambda: F.layer_norm(x, (dim,), w, b, 0.0)),
+                        ("the mean and variance are taken over the whole tensor: normalise each token over its own "
+                         "features, x.mean(-1, keepdim=True)", lambda: (x - x.mean()) / torch.sqrt(
+                             x.var(unbiased=False) + eps) * w + b),
+                        ("the bias is not added: scale by `weight`, then shift by `bias`",
+                         lambda: F.layer_norm(x, (dim,), w, None, eps)),
+                        ("the variance is the mean of x squared, E[x^2]: take it of the centred x, "
+                         "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)",
+                         lambda: (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w + b),
                         ("the mean and variance are taken over the wrong axis: normalise each token over its "
                          "own features, the last axis", lambda: (x - x.mean(0, keepdim=True)) / torch.sqrt(
                              x.var(0, unbiased=False, keepdim=True) + eps) * w + b),
@@ -161,6 +180,16 @@ def DropPath(c, cls):
     for p in (1.0, -0.1):
         c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
                  hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")
+    with c.phase("p").uncounted():
+        module = c.build(cls, 0.25)
+        try:  # print(model) calls the given extra_repr, which reads self.p
+            repr(module)
+        except Exception as error:
+            c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", "keep the "
+                   "probability as self.p = p: the given extra_repr reads it")
+        c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
+             f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
+             "given extra_repr (what print(model) shows) and the ViT's checks read it")
 
 
 def _dropped_whole(c, out, x, p):

@@ -10,6 +10,7 @@ from .core import check
 from .gradients import gradient_flow
 from .modules import randomize_norms
 from .slips import random_mask
+from .wiring import dropout_wiring
 
 OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_values=0.1)
 SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
@@ -36,6 +37,13 @@ def _block_variants(m, x, mask=None):
         y = x + mlp(n2(x))
         return y + attn(n1(y))
 
+    def residual_normalised():
+        y = n1(x)
+        y = y + attn(y)
+        return y + mlp(n2(y))
+
+    parallel = lambda: x + attn(n1(x)) + mlp(n2(x))  # noqa: E731
+    mlp_unnormalised = lambda: (lambda y: y + mlp(y))(x + attn(n1(x)))  # noqa: E731
     no_attn_res = lambda: (lambda y: y + mlp(n2(y)))(attn(n1(x)))  # noqa: E731
     no_mlp_res = lambda: mlp(n2(x + attn(n1(x))))  # noqa: E731
     no_res = lambda: mlp(n2(attn(n1(x))))  # noqa: E731
@@ -49,6 +57,11 @@ def _block_variants(m, x, mask=None):
         ("the residual connection around the MLP is missing: x = x + mlp(norm2(x))", no_mlp_res),
         ("both residual connections are missing: x = x + attn(norm1(x)); x = x + mlp(norm2(x))", no_res),
         ("the MLP comes before attention: attention first, then the MLP", mlp_first),
+        ("the residual stream is the normalised x: normalise only the branch's input, x = x + attn(norm1(x))",
+         residual_normalised),
+        ("both branches read the same x (a parallel block): the MLP reads the x updated by attention, "
+         "x = x + attn(norm1(x)); x = x + mlp(norm2(x))", parallel),
+        ("the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))", mlp_unnormalised),
     ]
 
 
@@ -80,6 +93,8 @@ def EncoderBlock(c, cls):
                       dict(x=x), model, reference)
     _options(c, cls, g)
     _drop_path(c, cls, g)
+    with c.uncounted():
+        _dropouts(c, cls, g)
 
 
 def _options(c, cls, g):
@@ -155,3 +170,24 @@ def _drop_path(c, cls, g):
                    "branch either dropped or kept (and scaled by 1/(1-p) = 2)", hint)
         c.ok(not found[2, 2].all(), "in training mode with drop_path=0.5 no residual branch was ever dropped",
              ignored)
+
+
+def _dropouts(c, cls, g):
+    """drop=0.1 and attn_drop=0.3 while training: the attention's weights and proj and the MLP's two places get their
+    rates (dropouts made deterministic); both LayerNorms have eps 1e-6."""
+    c.phase("eps")
+    reference = randomize_norms(ref.EncoderBlock(8, 2, 2.0, drop=0.1, attn_drop=0.3).eval(), g)
+    model = c.load(c.build(cls, 8, 2, 2.0, drop=0.1, attn_drop=0.3), reference)
+    for name in ("norm1", "norm2"):
+        eps = getattr(getattr(model, name, None), "eps", 1e-6)
+        c.ok(eps == 1e-6, f"{name}.eps is {eps:g}, the statement's is 1e-6", f"{name} = nn.LayerNorm(dim, eps=1e-6): "
+             "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6")
+    c.phase("dropout")
+    x = torch.randn(3, 5, 8, generator=g)
+    after = "after the attention's proj (proj_drop=drop) or after the MLP's fc2 (MLP(..., drop=drop))"
+    dropout_wiring(c, model, reference, x, "EncoderBlock(8, 2, 2.0, drop=0.1, attn_drop=0.3)", {
+        (0.3, (3, 2, 5, 5)): "attn_drop=0.3 on the attention weights (attn_drop=attn_drop)",
+        (0.1, (3, 5, 8)): f"drop=0.1 {after}",
+        (0.1, (3, 5, 16)): "drop=0.1 in the MLP after GELU (MLP(..., drop=drop))"},
+        "pass the rates on: MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop) "
+        "and MLP(dim, int(dim * mlp_ratio), drop=drop)")

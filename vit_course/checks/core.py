@@ -6,6 +6,7 @@ exception, a wrong type, a NaN or a changed input becomes a ``CheckFailed`` that
 tried, what was expected and, when the output matches a known mistake, the likely cause.
 """
 
+import contextlib
 import functools
 import math
 import numbers
@@ -55,6 +56,16 @@ class Checker(ModuleChecks):
         """From here on the checks test the exercise's rule ``rule`` (a key of its list of rules)."""
         self.rule = rule
         return self
+
+    @contextlib.contextmanager
+    def uncounted(self):
+        """Tests added after a check's success line was published (the solution notebooks store it): they fail like
+        the others, and their rule counts as tested, but the number of tests on the success line stays."""
+        count = self._tests
+        try:
+            yield self
+        finally:
+            self._tests = count
 
     def fail(self, message, hint=None, rule=None):
         text = f"{self.name}: {message}"
@@ -147,7 +158,8 @@ class Checker(ModuleChecks):
             self.fail(f"{what} should be a tensor of shape {tuple(shape)}, got a tuple of {len(x)}: "
                       f"({', '.join(describe(t) for t in x)})")
         if not torch.is_tensor(x):
-            self.fail(f"{what} should be a torch.Tensor, got {describe(x)}")
+            self.fail(f"{what} should be a torch.Tensor, got {describe(x)}", "return one tensor, not a list of them"
+                      if isinstance(x, list) and x and all(torch.is_tensor(t) for t in x) else None)
         if shape is not None and tuple(x.shape) != tuple(shape):
             hint = next((h for s, h in shape_hints if tuple(s) == tuple(x.shape)), None)
             self.fail(f"{what} has shape {tuple(x.shape)}, expected {tuple(shape)}", hint)

@@ -11,9 +11,11 @@ from .. import faithfulness as ref
 from .core import check
 
 
-def _deleted(images, ranking, fraction, patch_size, lowest=False, order="h w", count=round, batch_wide=False):
+def _deleted(images, ranking, fraction, patch_size, lowest=False, order="h w", count=round, batch_wide=False,
+             shared=False, first_channel=False):
     """delete_patches with the usual slips, for diagnosis: (b, C, H, W)."""
     b, _, h, w = images.shape
+    ranking = ranking[:1].expand(b, -1) if shared else ranking  # image 0's ranking for every image
     gh, gw = h // patch_size, w // patch_size
     k = count(fraction * gh * gw)
     keep = torch.ones(b, gh * gw)
@@ -23,7 +25,7 @@ def _deleted(images, ranking, fraction, patch_size, lowest=False, order="h w", c
         keep.scatter_(1, ranking.topk(k, dim=1, largest=not lowest).indices, 0.0)
     grid = rearrange(keep, "b (h w) -> b h w", h=gh) if order == "h w" else rearrange(keep, "b (w h) -> b h w", h=gh)
     mask = grid.repeat_interleave(patch_size, 1).repeat_interleave(patch_size, 2)[:, None]  # (b, 1, H, W)
-    return images * mask
+    return torch.cat([images[:, :1] * mask, images[:, 1:]], 1) if first_channel else images * mask
 
 
 def _pixels(images, ranking, fraction, patch_size, where="grid"):
@@ -37,6 +39,10 @@ def _pixels(images, ranking, fraction, patch_size, where="grid"):
         mask[:, :, :gh, :gw] = rearrange(keep, "b (h w) -> b 1 h w", h=gh)
     elif where == "flat":
         mask.view(b, 1, -1)[:, :, :gh * gw] = keep[:, None]
+    elif where == "square":  # a P x P square whose top-left pixel is the patch's (row, column) in the grid
+        for i, index in (keep == 0).nonzero().tolist():
+            r, col = divmod(index, gw)
+            mask[i, :, r:r + patch_size, col:col + patch_size] = 0
     else:
         mask[:, :, ::patch_size, ::patch_size] = rearrange(keep, "b (h w) -> b 1 h w", h=gh)
     return images * mask
@@ -68,6 +74,14 @@ def delete_patches(c, fn):
                                                                                    "flat")),
             ("only one pixel of each patch was deleted: a patch is P x P pixels, rows r*P to (r+1)*P - 1 and "
              "columns c*P to (c+1)*P - 1", lambda: _pixels(images, ranking, fraction, p, "corner")),
+            ("the patch's grid row and column were used as its pixel position: patch (r, c) covers pixels "
+             "[r*P:(r+1)*P, c*P:(c+1)*P]", lambda: _pixels(images, ranking, fraction, p, "square")),
+            ("only the first channel was zeroed: a deleted patch is zero in every channel (a (b, 1, H, W) mask "
+             "broadcasts over them)", lambda: _deleted(images, ranking, fraction, p, first_channel=True)),
+            ("fraction is a fraction of the patches (0.5 = half of them), not a percentage",
+             lambda: _deleted(images, ranking, fraction, p, count=lambda v: round(v / 100))),
+            ("image 0's ranking was used for every image: each image has its own row of `ranking`",
+             lambda: _deleted(images, ranking, fraction, p, shared=True)),
             ("round(fraction * N) patches are deleted, not int(fraction * N): int() rounds down",
              lambda: _deleted(images, ranking, fraction, p, count=int)),
             ("round(fraction * N) patches are deleted, not math.ceil(fraction * N): math.ceil rounds up",

@@ -17,10 +17,13 @@ def _attention(g, b, h, n):
 def _rollout(attentions, heads="mean", identity=True, renorm=True, order="last-left", axis=-1):
     rollout = None
     for a in attentions:
-        a = a.mean(1) if heads == "mean" else a.amax(1) if heads == "max" else a.sum(1)  # (b, n, n)
-        a = a + torch.eye(a.shape[-1]) if identity else a
-        a = a / a.sum(axis, keepdim=True) if renorm else a
+        a = {"mean": a.mean(1), "max": a.amax(1), "sum": a.sum(1), "first": a[:, 0]}[heads]  # (b, n, n)
+        a = a + torch.eye(a.shape[-1]) if identity is True else a
+        a = a / a.sum(axis, keepdim=True) if renorm and identity is True else a
         rollout = a if rollout is None else a @ rollout if order == "last-left" else rollout @ a
+    if identity == "end":  # once, after the product
+        rollout = rollout + torch.eye(rollout.shape[-1])
+        rollout = rollout / rollout.sum(-1, keepdim=True)
     return rollout
 
 
@@ -41,6 +44,10 @@ def attention_rollout(c, fn):
              lambda: _rollout(attentions, order="first-left")),
             ("the heads are combined with max: average them, mean over dim 1", lambda: _rollout(attentions, "max")),
             ("the heads are summed: average them, mean over dim 1", lambda: _rollout(attentions, "sum")),
+            ("only head 0 is used: average the heads of each layer, a.mean(dim=1)",
+             lambda: _rollout(attentions, "first")),
+            ("the identity is added once, after the product: add it to every layer, A_l + I, renormalise, then "
+             "multiply", lambda: _rollout(attentions, identity="end")),
             ("only the last layer is used: multiply through every layer", lambda: _rollout(attentions[-1:])),
             ("the first layer is left out: multiply through every layer, starting with attentions[0]",
              lambda: _rollout(attentions[1:])),
@@ -64,10 +71,11 @@ def _rollout_errors(c, fn, g):
     c.raises(fn, [_attention(g, 2, 3, 4), _attention(g, 2, 3, 5)], why="layers with 4 and 5 tokens", hint=hint)
 
 
-def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=False, metric="euclid", axis=-1):
+def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=False, metric="euclid", axis=-1,
+              reduce="keys"):
     gh, gw = grid
     ph, pw = patches.to_pair(patch) if pixels else (1, 1)
-    ph, pw = (pw, ph) if swap == "patch" else (ph, pw)
+    ph, pw = (pw, ph) if swap == "patch" else (ph, ph) if swap == "first" else (ph, pw)
     a = attention[:, :, prefix:, prefix:]  # (b, h, N, N)
     a = a / a.sum(axis, keepdim=True) if renorm else a
     if swap is True:  # patches laid out column by column
@@ -77,7 +85,9 @@ def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=Fal
     centres = torch.stack([ys.flatten() * ph, xs.flatten() * pw], -1).float()  # (N, 2)
     distance = torch.cdist(centres, centres, p=1.0 if metric == "manhattan" else 2.0)  # (N, N)
     distance = distance ** 2 if metric == "squared" else distance
-    return (a * distance).sum(-1).mean((0, 2))  # (h,)
+    if reduce == "heads":  # the heads averaged too, one number repeated
+        return (a * distance).sum(-1).mean().expand(a.shape[1])
+    return (a * distance).mean(-1).mean((0, 2)) if reduce == "mean" else (a * distance).sum(-1).mean((0, 2))  # (h,)
 
 
 DISTANCE_HINTS = (
@@ -92,6 +102,12 @@ DISTANCE_HINTS = (
      "a.sum(dim=-1, keepdim=True)", dict(axis=-2)),
     ("the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
      dict(swap="patch")),
+    ("only the patch's height is used: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
+     dict(swap="first")),
+    ("the heads are averaged too: one mean distance per head, averaged over the batch and the queries only",
+     dict(reduce="heads")),
+    ("the distances are averaged over the keys: weight each by its attention and sum, (a * distance).sum(-1)",
+     dict(reduce="mean")),
 )
 
 

@@ -67,6 +67,7 @@ RULES = {
         "eval": "In eval mode, or with $p = 0$, return `x` unchanged",
         "training": "in training mode multiply each sample by its own 0-or-1 mask and divide by $1 - p$",
         "error": "raise a `ValueError` unless $0 \\le p < 1$",
+        "p": "keep the probability as `self.p`",
         "gradient": "Gradients flow back to `x`",
     },
     "EncoderBlock": {
@@ -75,6 +76,9 @@ RULES = {
         "mask": "passing `mask` to the attention",
         "options": "`ls1`, a `LayerScale(dim, init_values)` if `init_values` else `nn.Identity()`",
         "drop_path": "`drop_path1`, a `DropPath(drop_path)` if `drop_path > 0` else `nn.Identity()`",
+        "eps": "`norm1 = nn.LayerNorm(dim, eps=1e-6)`",
+        "dropout": "`attn = MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
+                   "proj_drop=drop)`",
         "gradient": "Gradients flow back to `x` and every parameter",
     },
     # chapter 04
@@ -119,6 +123,8 @@ RULES = {
         "sincos": "a buffer (not learned) holding `sincos_position_embedding(grid_size, dim)`",
         "pool": "pooling (`pool_tokens`)",
         "drop_path": "`drop_path * i / max(depth - 1, 1)`",
+        "eps": "`nn.LayerNorm(dim, eps=1e-6)`",
+        "blocks": "`EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values)`",
         "gradient": "Gradients flow from the logits back to every parameter",
     },
     "count_parameters": {

@@ -18,6 +18,10 @@ ZEROED = "masked scores were set to 0 instead of -inf: exp(0) = 1 still gives th
 AFTER = "the mask was applied after the softmax: mask the scores before it, so the rows still sum to 1"
 ADDED = ("the boolean mask was added to the scores (True counts as 1): fill the scores where the mask is False "
          "with -inf instead")
+LOG = "these are log-probabilities (log_softmax): the weights are the softmax of the scores, each row summing to 1"
+SUM = ("the scores are divided by their sum: the weights are their softmax, exp(scores) normalised, "
+       "`scores.softmax(dim=-1)`")
+SCORES_OUT = "the output multiplies the scores by v: multiply the weights (after the softmax), `weights @ v`"
 QK_SWAPPED = "queries and keys look swapped: scores are q k^T, one row per query"
 NO_TRANSPOSE = ("your heads look reshaped without a transpose: `.view(b, h, n, d)` mixes tokens and heads; "
                 "reshape to (b, n, h, d) first, then transpose tokens and heads")
@@ -25,7 +29,8 @@ INTERLEAVED = ("your heads take every h-th feature: head i should own the i-th c
                "the pattern 'b n (h d) -> b h n d'")
 
 
-def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scale=None):
+def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scale=None, norm="softmax",
+              out_from="weights"):
     """Reference attention with the knobs learners get wrong (for diagnosis only): (out, weights)."""
     scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if mask is not None and mask_mode == "ok":
@@ -36,10 +41,11 @@ def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scal
         scores = scores.masked_fill(~mask, 0.0)
     elif mask is not None and mask_mode == "added":
         scores = scores + mask
-    weights = scores.softmax(axis) * (1.0 if late_scale is None else late_scale)
+    weights = {"softmax": scores.softmax, "log": scores.log_softmax, "sum": lambda a: scores / scores.sum(
+        a, keepdim=True)}[norm](axis) * (1.0 if late_scale is None else late_scale)
     if mask is not None and mask_mode == "after":
         weights = weights * mask
-    return weights @ v, weights
+    return (scores if out_from == "scores" else weights) @ v, weights
 
 
 def attention_hints(q, k, v, mask=None, which=0):
@@ -48,7 +54,8 @@ def attention_hints(q, k, v, mask=None, which=0):
     variants = [(NO_SCALE, dict(scale=1.0)), (BY_D, dict(scale=1 / d)), (TIMES, dict(scale=root)),
                 (BY_DV, dict(scale=1 / math.sqrt(v.shape[-1]))), (BY_DV, dict(scale=1 / math.sqrt(k.shape[-2]))),
                 (BY_DV, dict(scale=1 / math.sqrt(q.shape[-2]))), (AFTER_SOFTMAX, dict(scale=1.0, late_scale=1 / root)),
-                (WRONG_AXIS, dict(axis=-2))]
+                (WRONG_AXIS, dict(axis=-2)), (LOG, dict(norm="log")), (SUM, dict(norm="sum")),
+                (SCORES_OUT, dict(out_from="scores"))]
     if mask is not None:
         variants += [(INVERTED, dict(mask_mode="inverted")), (IGNORED, dict(mask_mode="none")),
                      (ZEROED, dict(mask_mode="zero")), (AFTER, dict(mask_mode="after")),

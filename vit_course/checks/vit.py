@@ -11,6 +11,7 @@ from .core import check
 from .gradients import gradient_flow
 from .messages import describe
 from .modules import randomize_norms
+from .vit_options import hybrid, strong_blocks
 
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
@@ -19,11 +20,12 @@ def _vit_variants(m, images):
     """(hint, thunk) pairs: the ViT assembly mistakes, built from the reference's parts."""
     k = m.num_prefix_tokens
 
-    def run(embed=None, final_norm=True, pool="cls"):
+    def run(embed=None, final_norm=True, pool="cls", blocks=None, norm_first=False):
         x = embed() if embed else m.embed(images)  # (b, n, D)
-        for block in m.blocks:
+        x = m.norm(x) if norm_first else x
+        for block in m.blocks if blocks is None else blocks:
             x = block(x)
-        x = m.norm(x) if final_norm else x
+        x = m.norm(x) if final_norm and not norm_first else x
         x = {"cls": lambda: x[:, 0], "mean": lambda: x[:, k:].mean(1), "all": lambda: x.mean(1),
              "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[pool]()  # (b, D)
         return m.head(x)
@@ -45,6 +47,12 @@ def _vit_variants(m, images):
         ]
     return [
         ("the final LayerNorm `norm` is not applied before the head", lambda: run(final_norm=False)),
+        ("only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+         lambda: run(blocks=m.blocks[:1])),
+        ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
+         lambda: run(norm_first=True)),
+        ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
+         lambda: run(pool="last")),
         ("the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]",
          lambda: run(pool="mean")),
         ("the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
@@ -130,6 +138,8 @@ def ViT(c, cls):
     _compare(c, cls, dict(SMALL, pool="mean"), g, [no_class_token], gradients=True)
     _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
     _drop_path_rates(c, cls)
+    strong_blocks(c, cls, g)
+    hybrid(c, cls, g)
 
 
 def _initial_values(c, cls):
@@ -162,7 +172,9 @@ def _sincos(c, cls, g):
     table, zero = reference.pos_embed[0, 1:], torch.zeros(1, config["dim"])
     c.close(pos, reference.pos_embed, "sin-cos position table (pos_embed)", [
         ("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
-         lambda: torch.cat([table, zero])[None])],
+         lambda: torch.cat([table, zero])[None]),
+        ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
+         "table])[None]", lambda: torch.cat([table[:1], table])[None])],
         shape_hints=[((1, 16, 64), "the class token needs a position row too: a zero row in front, (1, N + 1, D)"),
                      ((17, 64), "add the batch axis in front: table[None] is (1, n, D)")])
     c.load(model, reference, [("pos_embed", "register the table as a buffer named pos_embed, persistent (the "

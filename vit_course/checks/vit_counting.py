@@ -18,10 +18,18 @@ OPTIONS = [dict(CONFIGS[2], **options) for options in (
     dict(init_values=0.1), dict(pool="mean", pos_embed="sincos"))]
 
 
+def _patches(cfg):
+    """N, the patches of the image or, for a hybrid, of the stem's map (each stage: n -> ceil(n / 2))."""
+    height, width = ref.to_pair(cfg["image_size"])
+    for _ in cfg.get("stem_channels") or ():
+        height, width = (height + 1) // 2, (width + 1) // 2
+    return (height // cfg["patch_size"]) * (width // cfg["patch_size"])
+
+
 def _mistakes(cfg):
     """(hint, parameters the mistake leaves out) for one configuration."""
     d, depth, classes = cfg["dim"], cfg["depth"], cfg["num_classes"]
-    hidden, n = int(d * cfg.get("mlp_ratio", 4.0)), (cfg["image_size"] // cfg["patch_size"]) ** 2
+    hidden, n = int(d * cfg.get("mlp_ratio", 4.0)), _patches(cfg)
     p2c = cfg["patch_size"] ** 2 * cfg["in_channels"]
     return [
         ("the class token (1 x D) is not counted, or its row of the position table ((N + 1) x D)", d),
@@ -53,7 +61,7 @@ def _option_mistakes(cfg):
     d, depth = cfg["dim"], cfg["depth"]
     pool, learned = cfg.get("pool", "cls"), cfg.get("pos_embed", "learned") == "learned"
     class_token = pool == "cls" if cfg.get("class_token") is None else cfg["class_token"]
-    n = (cfg["image_size"] // cfg["patch_size"]) ** 2 + class_token
+    n = _patches(cfg) + class_token
     hints = []
     if not learned:
         hints.append(("a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D table only "
@@ -75,7 +83,7 @@ def _option_mistakes(cfg):
 def _hint(cfg, expected, got):
     hidden = int(cfg["dim"] * cfg.get("mlp_ratio", 4.0))
     hidden_wrong = cfg["depth"] * (2 * cfg["dim"] + 1) * (hidden - 4 * cfg["dim"])
-    hints = _option_mistakes(cfg) + _mistakes(cfg) + [
+    hints = _stem_mistakes(cfg) + _option_mistakes(cfg) + _mistakes(cfg) + [
         ("the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)", hidden_wrong)]
     for text, missing in hints:
         if missing and expected - got == missing:
@@ -85,11 +93,42 @@ def _hint(cfg, expected, got):
     return None
 
 
+def _stem_mistakes(cfg):
+    """(hint, parameters the mistake leaves out) for a hybrid stem or a non-square image."""
+    p, d, learned = cfg["patch_size"], cfg["dim"], cfg.get("pos_embed", "learned") == "learned"
+    height, width = ref.to_pair(cfg["image_size"])
+    image_n, channels, stem = (height // p) * (width // p), cfg["in_channels"], 0
+    for c_out in cfg.get("stem_channels") or ():
+        stem += 9 * channels * c_out + 2 * c_out
+        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
+    n = (height // p) * (width // p)
+    hints = [("N counts the patches of a square: N = (height / P) * (width / P)",
+              (n - (height // p) ** 2) * d * learned)]
+    if stem:
+        hints += [("the stem's parameters are not counted: add `stem`, as the given lines compute it", stem),
+                  ("after the stem the patches are cut from its output: use `channels` (the stem's last width), not "
+                   "in_channels", p * p * (channels - cfg["in_channels"]) * d),
+                  ("after the stem the patches are cut from its smaller map: count N from `height` and `width`, not "
+                   "image_size", (n - image_n) * d * learned)]
+    return hints
+
+
+STEMS = [  # tried after the configurations above (their tests are not counted: the success line stays)
+    dict(image_size=(28, 20), patch_size=4, in_channels=3, num_classes=10, dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
+    dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
+         stem_channels=(16, 32)),
+    dict(image_size=(28, 36), patch_size=2, in_channels=1, num_classes=7, dim=24, depth=1, num_heads=2, mlp_ratio=2.0,
+         stem_channels=(8,)),
+]
+
+
 @check("count_parameters")
 def count_parameters(c, fn):
     """count_parameters(**config) == the trainable parameters of ViT(**config), by formula (no model built), as an
     int."""
-    for cfg in CONFIGS + OPTIONS:
+    for cfg in CONFIGS + OPTIONS + STEMS:
+        if cfg is STEMS[0]:
+            counted = c.tests
         expected = ref.count_parameters(**cfg)
         c.phase("output")
         with TorchCalls() as calls:
@@ -104,3 +143,4 @@ def count_parameters(c, fn):
         c.phase("int")
         c.ok(isinstance(raw, numbers.Integral), f"the count should be an int, got {type(raw).__name__} {raw!r}",
              "use // to count the patches (or int(...)): / always gives a float")
+    c.tests = counted
