@@ -73,6 +73,18 @@ def alternated(steps, rounds):
             "speedup_range": [round(min(ratios), 3), round(max(ratios), 3)]}
 
 
+def step_times(steps, rounds=10):
+    """Median seconds of each step in ``steps`` ({label: step}, any number of them), after a warm-up call each,
+    timed in turn ``rounds`` times, so that a change in the machine's speed hits all alike. -> {label: seconds}."""
+    for step in steps.values():
+        step()  # warm-up: first calls allocate and pick kernels
+    seconds = {label: [] for label in steps}
+    for _ in range(rounds):
+        for label, step in steps.items():
+            seconds[label].append(seconds_of(step))
+    return {label: statistics.median(s) for label, s in seconds.items()}
+
+
 def wait_for_quiet(limit=120.0, poll=5.0):
     """Wait, at most ``limit`` seconds, until the 1-minute load average is half a core below the core count.
 

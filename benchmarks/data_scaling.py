@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import RESULTS
+from common import RESULTS, step_times
 
 from vit_course import DATASETS, ViT, load
 from vit_course.baselines import small_resnet
@@ -47,8 +47,9 @@ SETTINGS = dict(lr=1e-3, weight_decay=0.05, warmup_steps=500, label_smoothing=0.
 
 
 def transformer(width, **changes):
-    return ViT(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=width, depth=6, num_heads=4,
-               mlp_ratio=2.0, pool="cls", pos_embed="learned", **changes)
+    """The plain ViT of width ``width`` (patch 4 on 32 px, 6 blocks, 4 heads), with ``changes`` to its settings."""
+    return ViT(**{**dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=width, depth=6,
+                         num_heads=4, mlp_ratio=2.0, pool="cls", pos_embed="learned"), **changes})
 
 
 MODELS = {
@@ -147,14 +148,7 @@ def plan(width, rounds=10):
         optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
         x, y = torch.randn(SETTINGS["batch_size"], 3, 32, 32), torch.randint(0, 10, (SETTINGS["batch_size"],))
         steps[name] = functools.partial(train_step, model, x, y, optimizer)
-        steps[name]()  # warm-up
-    seconds = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, step in steps.items():
-            tick = time.perf_counter()
-            step()
-            seconds[name].append(time.perf_counter() - tick)
-    per_step = {name: sorted(s)[len(s) // 2] for name, s in seconds.items()}
+    per_step = step_times(steps, rounds)
     for name, s in per_step.items():
         round_steps = [max(ROUND_IMAGES, n) // SETTINGS["batch_size"] for n in SIZES]
         hours = s * 40 * sum(round_steps) / 3600

@@ -24,12 +24,11 @@ import argparse
 import copy
 import functools
 import json
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import RESULTS
+from common import RESULTS, step_times
 
 from vit_course import DATASETS, ViT, evaluate, fit, load
 from vit_course.batches import DeviceLoader, cifar_augment
@@ -77,14 +76,7 @@ def step_seconds(name, rounds=10):
         optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
         x, y = torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,))
         steps[size] = functools.partial(train_step, model, x, y, optimizer)
-        steps[size]()  # warm-up
-    seconds = {size: [] for size in steps}
-    for _ in range(rounds):
-        for size, step in steps.items():
-            tick = time.perf_counter()
-            step()
-            seconds[size].append(time.perf_counter() - tick)
-    return {str(size): round(sorted(s)[len(s) // 2], 4) for size, s in seconds.items()}
+    return {str(size): round(seconds, 4) for size, seconds in step_times(steps, rounds).items()}
 
 
 def one_seed(name, seed, data, epochs, finetune_epochs, work):

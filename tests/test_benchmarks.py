@@ -54,6 +54,11 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path):
         script.main(["--smoke", "--width", "32", "--out", str(out), "--work", str(work)])
 
 
+def test_data_scaling_plan_times_every_model():
+    per_step = benchmark("data_scaling").plan(width=16, rounds=2)
+    assert set(per_step) == {"vit", "hybrid", "cnn"} and min(per_step.values()) > 0
+
+
 def test_data_scaling_early_stopping_decays_once_then_stops(tmp_path):
     """A validation accuracy that never improves after round 1: decay after `patience` rounds, stop after as many
     more; the best round's weights are kept."""
