@@ -5,6 +5,7 @@ batch size), with a line on why. How each was chosen and what it reaches: ``benc
 ``benchmarks/results/`` (their numbers); a shipped run's own numbers: ``vit_course/checkpoints/NAME/metrics.json``.
 """
 
+import copy
 import functools
 import inspect
 import json
@@ -89,6 +90,9 @@ RECIPES = {
         "reserve": 0,
     },
 }
+# The control of cifar10-plain-mix: everything the same but CutMix (Mixup on every batch), to see what CutMix does
+# to the heads' locality (chapter 08).
+RECIPES["cifar10-plain-mixup"] = {**copy.deepcopy(RECIPES["cifar10-plain-mix"]), "mix": dict(cutmix=0.0, mixup=0.8)}
 
 
 def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budget=None, subset=None,
