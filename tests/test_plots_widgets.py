@@ -126,6 +126,17 @@ def test_distance_figure_puts_layers_on_x_and_one_dot_per_head():
     plt.close(fig)
 
 
+def test_distance_figure_draws_models_side_by_side_on_one_scale():
+    near, far = torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[10.0, 20.0], [30.0, 40.0], [5.0, 6.0]])
+    fig = plots.plot_attention_distance({"CutMix": near, "no CutMix": far}, reference=16.5)
+    left, right = fig.axes
+    assert (left.get_title(), right.get_title()) == ("CutMix", "no CutMix")
+    torch.testing.assert_close(torch.tensor(right.collections[1].get_offsets()),
+                               torch.tensor([[1.0, 20.0], [2.0, 40.0], [3.0, 6.0]]), check_dtype=False)
+    assert left.get_ylim() == right.get_ylim() == (0, 44.0)  # one distance scale for both models
+    plt.close(fig)
+
+
 def test_deletion_figure_draws_each_ranking_in_percent():
     fig = plots.plot_deletion([0.1, 0.5], {"rollout": [0.6, 0.2], "random": [0.7, 0.4]}, clean=0.75)
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}

@@ -71,20 +71,24 @@ def plot_attention_distance(distances, reference=None, title="mean attention dis
     """The ViT paper's Figure 7 (right): layer on x, one dot per head, distance in pixels on y.
 
     Args:
-        distances: (L, h) from ``attention_distances``
+        distances: (L, h) from ``attention_distances``; or {name: (L, h)} to draw models side by side, one
+            panel each on a shared distance axis (chapter 08 compares two trainings of one architecture)
         reference: optional distance to draw as a dashed line (e.g. uniform attention's)
     """
-    distances = torch.as_tensor(distances).cpu()
-    depth, heads = distances.shape
-    fig, ax = plt.subplots(figsize=(5.4, 3.2), layout="constrained")
-    for head in range(heads):
-        ax.scatter(np.arange(1, depth + 1), distances[:, head].numpy(), s=14, label=f"head {head + 1}")
-    if reference is not None:
-        ax.axhline(reference, ls="--", color="gray", lw=1, label="uniform attention")
-    ax.set(xlabel="network depth (layer)", ylabel="mean attention distance (pixels)", title=title)
-    ax.set_xticks(range(1, depth + 1))
-    ax.set_ylim(0, 1.1 * max(distances.max().item(), reference or 0.0))
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: dots stay visible
+    panels = distances if isinstance(distances, dict) else {title: distances}
+    panels = {name: torch.as_tensor(d).cpu() for name, d in panels.items()}
+    top = 1.1 * max(max(d.max().item() for d in panels.values()), reference or 0.0)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 + 3.6 * (len(panels) - 1), 3.2), sharey=True,
+                             layout="constrained", squeeze=False)
+    for ax, (name, d) in zip(axes[0], panels.items(), strict=True):
+        depth, heads = d.shape
+        for head in range(heads):
+            ax.scatter(np.arange(1, depth + 1), d[:, head].numpy(), s=14, label=f"head {head + 1}")
+        if reference is not None:
+            ax.axhline(reference, ls="--", color="gray", lw=1, label="uniform attention")
+        ax.set(xlabel="network depth (layer)", title=name, xticks=range(1, depth + 1), ylim=(0, top))
+    axes[0, 0].set_ylabel("mean attention distance (pixels)")
+    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: dots visible
     return fig
 
 
