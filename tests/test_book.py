@@ -82,6 +82,17 @@ def test_appendix_tables_follow_the_stored_runs(name, result):
     assert [row[header.index("epochs")] for row in rows] == [f"{r['epochs']:.2f}" for r in runs]
 
 
+def test_the_plain_vit_tables_follow_their_records():
+    header, rows = course_recipes.table("plain-findings")
+    runs = measurement("plain_findings")["runs"]
+    expected = [(run["recipe"], f"{run['epoch']:g}", f"{100 * run['test_accuracy']:.2f}%") for run in runs]
+    assert [(r[0], r[1], r[2]) for r in rows] == expected
+    local = header.index("most local head, layers 1-2")
+    assert [r[local] for r in rows] == [f"{run['min_ratio_layers_1_2']:.2f}x" for run in runs]
+    _, rows = course_recipes.table("plain-protocol-start")
+    assert [r[0] for r in rows] == ["p = 1", "p = 0.5"]  # the first start applied every op (no rand_prob recorded)
+
+
 def test_an_appendix_table_changes_with_its_result():
     result = measurement("stem_speed")
     _, before = course_recipes.stem_speed(result)

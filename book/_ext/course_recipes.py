@@ -144,6 +144,35 @@ def compile_speedup(result):
     return header, rows
 
 
+def plain_protocol_cost(result):
+    header = ["protocol", "median ms a step", "x crop + flip", "alternated rounds", "machine"]
+    machine = f"{machine_name(result['machine'])}, {result['machine'].get('vector_isa', 'ISA not recorded')}"
+    rows = [[name, f"{ms:.0f}", f"{result['ratio_to_crop_flip'][name]:.2f}x", str(result["rounds"]), machine]
+            for name, ms in result["median_ms"].items()]
+    return header, rows
+
+
+def plain_protocol_start(result):
+    epochs = result["runs"][0]["epoch"]
+    header = ["RandAugment, each op applied with", "code", *[f"epoch {e:g}" for e in epochs],
+              f"train loss, epoch {epochs[-1]:g}"]
+    rows = [[f"p = {run['settings']['augment'].get('rand_prob', 1.0):g}", run["code"],
+             *[percent(a) for a in run["test_acc"]], f"{run['train_loss'][-1]:.3f}"] for run in result["runs"]]
+    return header, rows
+
+
+def plain_findings(result):
+    header = ["run", "epoch", "test accuracy", "nearest position a neighbour (Spearman)",
+              "most local head, layers 1-2", "layer means, first to last", "quarter deleted: rollout / random",
+              "filter top-8 share (init)"]
+    rows = [[run["recipe"], f"{run['epoch']:g}", percent(run["test_accuracy"]),
+             f"{100 * run['neighbour_share']:.1f}% ({run['spearman']:.2f})", f"{run['min_ratio_layers_1_2']:.2f}x",
+             f"{run['layer_means_ratio'][0]:.2f}x to {run['layer_means_ratio'][-1]:.2f}x",
+             f"{percent(run['deleted_quarter']['rollout'])} / {percent(run['deleted_quarter']['random'])}",
+             f"{run['filter_share']:.2f} ({run['filter_share_init']:.2f})"] for run in result["runs"]]
+    return header, rows
+
+
 def amp_trials(checkpoints=CHECKPOINTS):
     """The timed trial of `amp="native"` in each shipped run that made one (``bf16_trial`` in its metrics.json)."""
     header = ["shipped run", "machine", "float32 ms per step", "bfloat16 ms per step", "trained in"]
@@ -163,6 +192,9 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
     "ablate-cifar10": (["ablate_cifar10"], ablate_cifar10),
     "short-schedule": (["short_schedule_mnist", "short_schedule_cifar10"], short_schedule),
     "flip-tta": (["flip_tta"], flip_tta),
+    "plain-protocol-cost": (["plain_protocol_cost"], plain_protocol_cost),
+    "plain-protocol-start": (["plain_protocol_start"], plain_protocol_start),
+    "plain-findings": (["plain_findings"], plain_findings),
     "bf16-speedup": (["train_throughput_bf16"], bf16_speedup),
     "matmul": (["train_throughput_bf16"], matmul),
     "amp-trials": ([], lambda: amp_trials()),  # from the shipped runs' metrics.json
