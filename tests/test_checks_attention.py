@@ -204,6 +204,20 @@ def sdpa_kT(q, k, v, mask=None):
     return weights @ v, weights
 
 
+def sdpa_transpose_1_2(q, k, v, mask=None):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])  # fine for a 3-D batch, not for 2-D or 4-D inputs
+    scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def sdpa_bmm(q, k, v, mask=None):
+    scores = torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # 3-D batches only
+    scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, v), weights
+
+
 def sdpa_mask_always(q, k, v, mask=None):
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
     weights = scores.softmax(-1)
@@ -286,6 +300,11 @@ SLIPS = [
     slip("scaled_dot_product_attention", "output", "log_softmax", sdpa_log_softmax, "these are log-probabilities"),
     slip("scaled_dot_product_attention", "output", "k.T", sdpa_kT,
          r"at line \d+ of your code: scores = q @ k.T(.|\n)*likely cause: `.T` reverses all the axes"),
+    slip("scaled_dot_product_attention", "output", "transpose_1_2", sdpa_transpose_1_2,
+         r"Dimension out of range(.|\n)*likely cause: an axis number the tensor does not have(.|\n)*"
+         r"transpose\(-2, -1\)"),
+    slip("scaled_dot_product_attention", "output", "bmm", sdpa_bmm,
+         r"must be a 3D tensor(.|\n)*likely cause: torch.bmm takes 3-D batches only"),
     slip("scaled_dot_product_attention", "output", "mask_always", sdpa_mask_always,
          r"bad operand type for unary ~: 'NoneType'(.|\n)*likely cause: the mask is optional: apply it only `if "
          r"mask is not None`"),

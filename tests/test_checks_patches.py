@@ -65,8 +65,13 @@ def unpatchify_columns(patches, p, size):
     return rearrange(patches, "b (w h) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
 
 
+def unpatchify_no_grid(patches, p, size):
+    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p)  # h and w left to einops
+
+
 @pytest.mark.parametrize("impl, hint", [
     (unpatchify_columns, "column by column"),
+    (unpatchify_no_grid, r"Could not infer sizes(.|\n)*likely cause: einops splits an axis in two only when"),
     (lambda q, p, s: unpatchify_reshape(q, p, s).permute(0, 2, 3, 1), r"\(b, H, W, c\)"),
 ])
 def test_unpatchify_rejects(impl, hint):

@@ -32,6 +32,13 @@ ERROR_HINTS = (  # (text in the error message, likely cause)
      "`to_pair(size)` gives (size, size) for an int and leaves a pair alone"),
     ("not supported between instances of 'tuple' and 'int'",
      "a pair where one int is expected: patch_size is a single int P (patches are square)"),
+    ("Dimension out of range", "an axis number the tensor does not have: the check also tries inputs with fewer "
+                               "leading axes than a batch, so count the axes from the end (`-1`, `-2`), e.g. "
+                               "`k.transpose(-2, -1)`"),
+    ("must be a 3D tensor", "torch.bmm takes 3-D batches only; `@` (torch.matmul) multiplies matrices with any "
+                            "number of leading axes, none included"),
+    ("Could not infer sizes for", "einops splits an axis in two only when it is given all but one of the sizes: "
+                                  "pass the grid's rows, e.g. `h=grid_h` (the grid need not be square)"),
 )
 LINE_HINTS = (  # (regex on the learner's line that raised, likely cause): checked before ERROR_HINTS
     (r"\.T\b", "`.T` reverses all the axes of a tensor with more than two: to swap the last two axes of a batch "
