@@ -19,7 +19,7 @@ class MLP(nn.Module):
     def __init__(self, dim, hidden_dim, drop=0.0):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
-        self.act = nn.GELU()  # exact (erf) GELU, as in the ViT paper and timm
+        self.act = nn.GELU()  # exact (erf) GELU, as in timm
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop2 = nn.Dropout(drop)
