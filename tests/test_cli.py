@@ -71,10 +71,10 @@ def test_the_cifar10_recipe_records_its_precision_and_its_prediction_with_flips(
 def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):
     from vit_course.loop import amp_settings
 
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     autocast, scaler = amp_settings("auto", torch.device("cuda"))
     assert autocast.fast_dtype == torch.bfloat16 and scaler is None  # bf16 needs no loss scaling
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     autocast, scaler = amp_settings("auto", torch.device("cuda"))
     assert autocast.fast_dtype == torch.float16 and scaler is not None  # fp16 (a T4): a GradScaler
     assert amp_settings("auto", torch.device("cpu")) == (None, None)

@@ -13,6 +13,7 @@ from vit_course import ViT
 from vit_course import checkpoint as ckpt
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS, load
+from vit_course.device import restore_state, resume_state
 from vit_course.loop import Budget, TrainConfig, amp_settings, fit, learning_rate, precision
 from vit_course.recipes import RECIPES, full_config
 from vit_course.train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
@@ -175,6 +176,35 @@ def _run(mnist, path, epochs=2, resume=False, interrupt_epoch=None):
     return model, history
 
 
+def test_a_gpu_run_resumes_its_device_generator_and_scaler(monkeypatch, tmp_path):
+    """On a GPU dropout and stochastic depth draw from the device's generator, and fp16 has a loss scale: both are
+    saved with the checkpoint and restored on resume (the CUDA calls stand in for a card this machine lacks)."""
+    saved, restored = torch.tensor([7, 8, 9], dtype=torch.uint8), []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": saved)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append(state))
+    cuda, scaler = torch.device("cuda"), torch.amp.GradScaler("cpu", init_scale=1024.0)  # cuda disables itself here
+    state = resume_state(cuda, scaler)  # what fit saves for a run on a GPU
+    assert torch.equal(state["cuda_rng"], saved) and state["scaler"]["scale"] == 1024.0
+    assert list(resume_state(torch.device("cpu"))) == ["rng"]  # a CPU run's checkpoint is as before
+    model = ViT(image_size=8, patch_size=4, in_channels=1, num_classes=2, dim=8, depth=1, num_heads=2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    ckpt.save_checkpoint(tmp_path / "c.pt", model, optimizer=optimizer, history={}, epoch=1, step=3, seconds=1.0,
+                         **state)
+    fresh = torch.amp.GradScaler("cpu")
+    loader = DeviceLoader(torch.zeros(4, 1, 8, 8, dtype=torch.uint8), torch.zeros(4, dtype=torch.long), 2,
+                          mean=(0.0,), std=(1.0,), device="cpu")
+    state = ckpt.read_checkpoint(tmp_path / "c.pt")
+    restore_state(state, cuda, fresh)  # what _start does with it on a GPU
+    assert len(restored) == 1 and torch.equal(restored[0], saved) and fresh.state_dict()["scale"] == 1024.0
+    restored.clear()
+    restore_state(state, torch.device("cpu"))
+    assert restored == []  # a GPU checkpoint resumed on the CPU: the CPU generator only
+    calls = []
+    monkeypatch.setattr(vit_course.loop, "restore_state", lambda state, device, scaler: calls.append((device, scaler)))
+    vit_course.loop._start(tmp_path / "c.pt", model, optimizer, loader, False, fresh)
+    assert calls == [(torch.device("cpu"), fresh)]  # fit's resume restores on the model's device, with its scaler
+
+
 @needs_data
 def test_resume_continues_where_it_stopped(mnist, tmp_path):
     whole, history = _run(mnist, tmp_path / "a.pt")
@@ -203,15 +233,21 @@ def test_time_budget_stops_mid_epoch_and_evaluates(mnist):
 
 
 def test_mixed_precision_follows_one_plain_rule(monkeypatch):
-    """CUDA: bf16 where the card supports it, else fp16 with a GradScaler; the CPU and MPS: float32 unless asked."""
+    """CUDA: bf16 where the card computes in it (compute capability 8.0 and up), else fp16 with a GradScaler; the
+    CPU and MPS: float32 unless asked, and never fp16."""
     cpu, mps, cuda = torch.device("cpu"), torch.device("mps"), torch.device("cuda")
     assert precision("auto", cpu) == precision("auto", mps) == precision("off", cuda) == "fp32"
     assert amp_settings("auto", cpu) == amp_settings("off", cpu) == (None, None)
     autocast, scaler = amp_settings("bf16", cpu)  # a recipe may ask for it
     assert autocast.fast_dtype == torch.bfloat16 and scaler is None and precision("bf16", cpu) == "bf16"
-    for supported, kind in ((True, "bf16"), (False, "fp16")):
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda supported=supported: supported)
+    # a T4 (7.5) emulates bf16, and torch.cuda.is_bf16_supported() says True for it: the capability decides
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    for capability, kind in (((8, 0), "bf16"), ((9, 0), "bf16"), ((7, 5), "fp16"), ((7, 0), "fp16")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         assert precision("auto", cuda) == kind
+    for device in (cpu, mps):
+        with pytest.raises(ValueError, match="'fp16' on (cpu|mps)"):
+            precision("fp16", device)
     for wrong in ("fp8", "native", None):  # "native" timed a step before the rule became plain
         with pytest.raises(ValueError, match=repr(wrong)):
             amp_settings(wrong, cpu)

@@ -23,6 +23,31 @@ def pick_device(device=None):
     return torch.device("cpu")
 
 
+def resume_state(device, scaler=None):
+    """What a run on ``device`` resumes from besides its weights and optimizer (``restore_state``): the CPU
+    generator's state as "rng"; on a GPU the device's too, since dropout and stochastic depth draw from it there;
+    and a float16 run's GradScaler, whose loss scale would otherwise start afresh."""
+    state = {"rng": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(device)
+    elif device.type == "mps":
+        state["mps_rng"] = torch.mps.get_rng_state()
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    return state
+
+
+def restore_state(state, device, scaler=None):
+    """Restore what ``resume_state`` saved; a GPU's own generator only when resuming on that kind of device."""
+    torch.set_rng_state(state["rng"])
+    if "cuda_rng" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    if "mps_rng" in state and device.type == "mps":
+        torch.mps.set_rng_state(state["mps_rng"])
+    if "scaler" in state and scaler is not None:
+        scaler.load_state_dict(state["scaler"])
+
+
 def cpu_flags():
     """(CPU model name, set of instruction-set flags) from /proc/cpuinfo; (None, None) where it is missing."""
     try:

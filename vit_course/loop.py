@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import read_checkpoint, save_checkpoint
-from .device import pick_device
+from .device import pick_device, restore_state, resume_state
 from .train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
 HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
@@ -51,15 +51,15 @@ class TrainConfig:
 def precision(amp, device):
     """What a run multiplies in: "bf16", "fp16" or "fp32".
 
-    amp="auto": on a CUDA GPU bf16 where the card supports it, else fp16; float32 on the CPU and MPS (a CPU's
-    bf16 speed depends on the chip and the model: chapter 09). "bf16" or "fp16": that, on any device. "off": fp32.
+    amp="auto": on a CUDA GPU bf16 where the card computes in it (compute capability 8.0+), else fp16 (a T4 only
+    emulates bf16); float32 on the CPU and MPS (chapter 09). "bf16" on any device, "fp16" on CUDA. "off": fp32.
     """
-    if amp not in ("auto", "bf16", "fp16", "off"):
-        raise ValueError(f'amp must be "auto", "bf16", "fp16" or "off", got {amp!r}')
+    if amp not in ("auto", "bf16", "fp16", "off") or (amp == "fp16" and device.type != "cuda"):
+        raise ValueError(f'amp must be "auto", "bf16", "fp16" (CUDA only) or "off", got {amp!r} on {device}')
     if amp != "auto":
         return "fp32" if amp == "off" else amp
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
     return "fp32"
 
 
@@ -69,7 +69,7 @@ def amp_settings(amp, device):
     kind = precision(amp, device)
     if kind == "fp32":
         return None, None
-    scaler = torch.amp.GradScaler(device.type) if kind == "fp16" and device.type == "cuda" else None
+    scaler = torch.amp.GradScaler(device.type) if kind == "fp16" else None
     return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16), scaler
 
 
@@ -133,7 +133,7 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
         config: a ``TrainConfig``; settings: its fields as keywords, which replace config's, e.g.
             ``fit(model, train, test, epochs=3, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1)``
         device: None picks CUDA, then MPS, then the CPU
-        checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history, rng);
+        checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history, random state);
             with ``resume=True`` and that file present, training continues after its last epoch
         progress: a bar per epoch and a line after it
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
@@ -150,7 +150,7 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
     autocast, scaler = amp_settings(config.amp, device)
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
     torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
-    history, start, step, spent = _start(checkpoint if resume else None, model, optimizer, train_loader, progress)
+    history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
     budget = Budget(config.time_budget, spent, len(test_loader), final_passes=3 if config.test_flips else 1)
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
@@ -166,7 +166,7 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
                     test_loss=test_loss, test_acc=test_acc, lr=lr, seconds=budget.elapsed(), progress=progress)
             if checkpoint is not None:
                 save_checkpoint(checkpoint, model, history=history, optimizer=optimizer, epoch=epoch + 1, step=step,
-                                seconds=history["seconds"][-1], rng=torch.get_rng_state(), **(run_info or {}))
+                                seconds=history["seconds"][-1], **resume_state(device, scaler), **(run_info or {}))
             if last or budget.left() <= 0:
                 break
     except KeyboardInterrupt:
@@ -206,18 +206,18 @@ def _train_epoch(model, bar, optimizer, step, config, budget, amp):
     return losses, lr, step
 
 
-def _start(checkpoint, model, optimizer, train_loader, progress):
-    """-> (history, epoch, step, seconds) of a fresh run, or of the run in ``checkpoint`` (None: fresh) if it
-    exists, loaded into model, optimizer and torch's generator; the loader (refused if empty) is told the epoch."""
+def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
+    """-> (history, epoch, step, seconds) of a fresh run, or of the run in ``checkpoint`` (None or False: fresh) if it
+    exists, loaded into model, optimizer and ``restore_state``; the loader (refused if empty) is told the epoch."""
     if len(train_loader) == 0:
         raise ValueError(f"the training loader yields no batch: {len(getattr(train_loader, 'labels', ()))} images with "
                          f"batch size {getattr(train_loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
     history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
-    if checkpoint is not None and Path(checkpoint).is_file():
+    if checkpoint and Path(checkpoint).is_file():
         state = read_checkpoint(checkpoint)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
+        restore_state(state, next(model.parameters()).device, scaler)  # the model is on the run's device
         history, start, step, spent = state["history"], state["epoch"], state["step"], state["seconds"]
         if progress:
             tqdm.write(f"resuming from {checkpoint} after epoch {start}")
