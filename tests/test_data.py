@@ -3,12 +3,14 @@
 import functools
 import gzip
 import hashlib
+import http.client
 import http.server
 import io
 import os
 import socket
 import tarfile
 import threading
+import urllib.request
 
 import numpy as np
 import pytest
@@ -224,6 +226,33 @@ def test_download_mnist_uses_the_mirror(server, tmp_path, monkeypatch):
     assert torch.equal(x[:, 0], torch.from_numpy(images)) and torch.equal(y, torch.from_numpy(labels).long())
     assert sorted(p.name for p in (root / "mnist").iterdir()) == ["t10k-images-idx3-ubyte.gz",
                                                                    "t10k-labels-idx1-ubyte.gz"]
+
+
+def test_a_transfer_cut_short_moves_on_to_the_next_mirror(server, tmp_path, monkeypatch):
+    """A mirror that drops the connection mid-file (http.client.IncompleteRead, not an OSError) is a problem met,
+    like an unreachable one: the next mirror serves the file and nothing half-written is left."""
+    url, served = server
+    images, _ = serve_mnist(served, monkeypatch)
+    real = urllib.request.urlopen
+
+    class Cut:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self, size=-1):
+            raise http.client.IncompleteRead(b"\x1f\x8b", 1000)
+
+    cut = "http://cut.invalid/"
+    monkeypatch.setattr(download.urllib.request, "urlopen",
+                        lambda u, timeout=None: Cut() if u.startswith(cut) else real(u, timeout=timeout))
+    monkeypatch.setitem(download.MIRRORS, "mnist", [cut, url])
+    root = tmp_path / "root"
+    x, _ = data.load("mnist", "test", root=root)
+    assert torch.equal(x[:, 0], torch.from_numpy(images))
+    assert not any(p.name.endswith(".partial") for p in root.rglob("*"))
 
 
 def test_download_checksum_mismatch_leaves_nothing(server, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from vit_course import (
     PatchEmbedding,
@@ -52,6 +53,12 @@ def test_patch_embedding_equals_conv2d():
     assert torch.allclose(embed(img), conv_tokens, atol=1e-5)
     back = PatchEmbedding.from_conv(conv, (28, 20))
     assert torch.allclose(back(img), embed(img), atol=1e-6)
+    for other in (nn.Conv2d(3, 16, 4, stride=4, padding=1), nn.Conv2d(3, 16, 4, stride=4, dilation=2),
+                  nn.Conv2d(3, 16, 4, stride=4, groups=1, bias=False)):  # each a different map, or no bias to copy
+        with pytest.raises(ValueError, match="plain patch conv"):
+            PatchEmbedding.from_conv(other, (28, 20))
+    assert isinstance(PatchEmbedding.from_conv(nn.Conv2d(3, 16, 4, stride=4, padding="valid"), (28, 20)),
+                      PatchEmbedding)
 
 
 def test_patch_embedding_bad_input():

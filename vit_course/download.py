@@ -7,6 +7,7 @@ would leave its folder.
 """
 
 import hashlib
+import http.client
 import tarfile
 import urllib.request
 import zlib
@@ -93,7 +94,8 @@ def download_file(filename, mirrors, folder, timeout=60):
         except DatasetCorrupt as error:
             mismatch = error
             problems.append(str(error))
-        except OSError as error:  # urllib's URLError and HTTPError, timeouts, a full disk
+        except (OSError, http.client.HTTPException) as error:  # URLError, HTTPError, timeouts, a full disk; a cut-off
+            # transfer (IncompleteRead) is an HTTPException
             problems.append(f"{url}: {getattr(error, 'reason', None) or error}")
     if mismatch is not None:
         raise mismatch

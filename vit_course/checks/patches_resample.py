@@ -31,7 +31,7 @@ def resample_position_embeddings(c, fn):
             out = F.interpolate(src, size=new, mode=mode, align_corners=align, antialias=antialias)
             return torch.cat([prefix, rearrange(out, "1 d h w -> 1 (h w) d")], 1)
 
-        try:  # antialiasing only matters when shrinking: both are accepted
+        try:  # antialias=False is PyTorch's other bicubic kernel (OpenCV's), a sound resize too: both are accepted
             c.close(got, resized(antialias=False), "resampled position embeddings", atol=1e-5)
             continue
         except CheckFailed:
@@ -61,7 +61,7 @@ def _dtype_and_errors(c, fn, g):
                          hint="interpolate in float32 (`.float()`: bicubic has no float16 version on every device), "
                               "then convert the result back with .to(pos_embed.dtype)")
     plain = F.interpolate(rearrange(pos[:, 1:].float(), "1 (h w) d -> 1 d h w", h=4), size=(6, 6), mode="bicubic",
-                          align_corners=False)  # without antialiasing: accepted too
+                          align_corners=False)  # without antialias (the other bicubic kernel): accepted too
     plain = torch.cat([pos[:, :1], rearrange(plain, "1 d h w -> 1 (h w) d").half()], 1)
     expected = ref.resample_position_embeddings(pos, 6)
     close = torch.is_tensor(got) and got.shape == plain.shape and torch.allclose(got.float(), plain.float(), atol=2e-3)

@@ -99,7 +99,7 @@ def plot_position_similarity(pos_embed, grid_size, title="position embedding sim
     mostly above 0.5, where [-1, 1] washes their structure out). Rows and columns are numbered from 0, as the
     tensor's indices are."""
     gh, gw = (grid_size, grid_size) if isinstance(grid_size, int) else grid_size
-    sim = position_embedding_similarity(pos_embed, (gh, gw)).numpy()  # (gh, gw, gh, gw)
+    sim = position_embedding_similarity(pos_embed.detach().float().cpu(), (gh, gw)).numpy()  # (gh, gw, gh, gw)
     canvas = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan)  # tiles with one blank row/column between
     for i in range(gh):
         for j in range(gw):
