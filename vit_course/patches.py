@@ -88,12 +88,10 @@ class PatchEmbedding(nn.Module):
         patch_size = conv.kernel_size[0]
         if conv.kernel_size != (patch_size, patch_size) or conv.stride != conv.kernel_size:
             raise ValueError(f"need kernel = stride = P, got kernel {conv.kernel_size} and stride {conv.stride}")
-        plain = dict(padding=(0, 0), dilation=(1, 1), groups=1)
-        found = dict(padding=(0, 0) if conv.padding == "valid" else conv.padding, dilation=conv.dilation,
-                     groups=conv.groups)
-        if found != plain or conv.bias is None:
-            raise ValueError(f"need a plain patch conv ({plain}, with a bias), got {found}, bias "
-                             f"{'None' if conv.bias is None else 'present'}: it is not a patch embedding")
+        if conv.padding not in ((0, 0), "valid") or conv.dilation != (1, 1) or conv.groups != 1 or conv.bias is None:
+            raise ValueError(f"need a plain patch conv (no padding, dilation or groups; a bias), got padding "
+                             f"{conv.padding}, dilation {conv.dilation}, groups {conv.groups}, "
+                             f"bias {conv.bias is not None}")
         embed = cls(image_size, patch_size, conv.in_channels, conv.out_channels)
         with torch.no_grad():
             embed.proj.weight.copy_(conv_to_linear_weight(conv.weight))
