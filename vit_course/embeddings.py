@@ -78,6 +78,11 @@ def grid_neighbours(grid_size):
     return (dr <= 1) & (dc <= 1) & ((dr + dc) > 0)
 
 
+def _similarity_matrix(pos_embed, grid_size):
+    """(N, N) float32 on the CPU: ``position_embedding_similarity`` of a table on any device, patch by patch."""
+    return position_embedding_similarity(pos_embed.detach().float().cpu(), grid_size).flatten(2).flatten(0, 1)
+
+
 def neighbour_share(pos_embed, grid_size):
     """For what share of the patches is the most similar *other* position one of its 8 grid neighbours?
 
@@ -85,7 +90,7 @@ def neighbour_share(pos_embed, grid_size):
     neighbours among the other N - 1 patches (on an 8 x 8 grid 6.6 of 63 on average, about 10%). pos_embed (1, n, D)
     or (n, D), on any device, class-token rows dropped as in ``position_embedding_similarity``.
     """
-    sim = position_embedding_similarity(pos_embed.detach().float().cpu(), grid_size).flatten(2).flatten(0, 1)  # (N, N)
+    sim = _similarity_matrix(pos_embed, grid_size)  # (N, N)
     sim.fill_diagonal_(-float("inf"))  # a patch is not its own neighbour
     nearest = sim.argmax(dim=1)  # (N,)
     return grid_neighbours(grid_size)[torch.arange(len(nearest)), nearest].float().mean().item()
@@ -114,7 +119,7 @@ def position_rank_correlation(pos_embed, grid_size):
     """Spearman correlation, over all pairs of distinct patches, between the cosine similarity of their position
     embeddings and their closeness on the grid (minus the Euclidean distance between grid cells)."""
     gh, gw = to_pair(grid_size)
-    sim = position_embedding_similarity(pos_embed.detach().float().cpu(), (gh, gw)).flatten(2).flatten(0, 1)  # (N, N)
+    sim = _similarity_matrix(pos_embed, (gh, gw))  # (N, N)
     rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     cells = torch.stack([rows.flatten(), cols.flatten()], dim=1).float()  # (N, 2)
     pairs = torch.triu_indices(len(cells), len(cells), offset=1)  # (2, N(N-1)/2): each distinct pair once
