@@ -1,8 +1,8 @@
 """``--resume`` continues checkpoints that earlier versions of the course wrote, with the same schedule and settings.
 
-f793782 is the commit before ``fit`` took a ``TrainConfig`` and mixed precision became a plain rule; a19f077, with
-the same training loop, started the long cifar10-plain-mix run (RandAugment's ops applied with probability 0.5),
-which writes its checkpoint.pt after every epoch, and the present code must carry it on.
+f793782 is the commit before ``fit`` took a ``TrainConfig`` and mixed precision became a plain rule: the settings its
+``train_recipe`` stored must still be accepted. ``BEFORE`` is the commit that started the long run in progress
+(training/README.md), which writes its checkpoint.pt after every epoch; the present code must carry it on.
 """
 
 import os
@@ -20,15 +20,15 @@ from vit_course import ViT, load_checkpoint, recipes
 from vit_course.checkpoint import save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = "a19f077"  # the commit whose checkpoints must resume (f793782's loop, the long run's recipe)
+BEFORE, LONG_RUN = "4b9291a", "cifar10-plain-mixup"  # the commit and recipe of the long run in progress
 needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 
-# run_info["settings"] as f793782's and a19f077's train_recipe stored them in every checkpoint, written out by hand
+# run_info["settings"] as f793782's and BEFORE's train_recipe stored them in every checkpoint, written out by hand
 SETTINGS_BEFORE = {
-    "cifar10-plain-mix": {"epochs": 150, "lr": 2e-3, "weight_decay": 0.05, "warmup_epochs": 5, "label_smoothing": 0.1,
-                          "min_lr": 1e-5, "batch_size": 128, "augment": {"padding": 4, "rand_ops": 2, "magnitude": 9,
-                                                                               "rand_prob": 0.5},
-                          "mix": {"cutmix": 1.0, "mixup": 0.8, "switch": 0.5}, "seed": 0},
+    "cifar10-plain-mixup": {"epochs": 150, "lr": 2e-3, "weight_decay": 0.05, "warmup_epochs": 5,
+                            "label_smoothing": 0.1, "min_lr": 1e-5, "batch_size": 128,
+                            "augment": {"padding": 4, "rand_ops": 2, "magnitude": 9, "rand_prob": 0.5},
+                            "mix": {"cutmix": 0.0, "mixup": 0.8}, "seed": 0},
     "cifar10": {"epochs": None, "lr": 1.5e-3, "weight_decay": 0.05, "warmup_epochs": 0.5, "label_smoothing": 0.1,
                 "min_lr": 1e-5, "amp": "native", "test_flips": True, "batch_size": 64, "augment": {"padding": 0},
                 "seed": 0},
@@ -64,7 +64,7 @@ from vit_course.recipes import train_recipe
 
 out = sys.argv[1]
 arguments = dict(epochs=2, subset=128, device="cpu", threads=1, progress=False)
-train_recipe("cifar10-plain-mix", out=out + "/whole", **arguments)
+train_recipe(sys.argv[2], out=out + "/whole", **arguments)
 save = vit_course.loop.save_checkpoint
 
 
@@ -75,7 +75,7 @@ def save_then_stop(*args, **kwargs):  # Ctrl-C right after the first epoch's che
 
 vit_course.loop.save_checkpoint = save_then_stop
 try:
-    train_recipe("cifar10-plain-mix", out=out + "/stopped", **arguments)
+    train_recipe(sys.argv[2], out=out + "/stopped", **arguments)
 except KeyboardInterrupt:
     pass
 """
@@ -95,19 +95,20 @@ def _old_package(folder):
 
 @needs_data
 def test_a_run_stopped_under_the_earlier_code_resumes_to_the_same_weights(tmp_path):
-    """a19f077 trains two epochs of the recipe whole, and again stopped after the first; this code resumes the
-    stopped one. The weights and the history must come out as the whole run's: the same schedule, the same steps."""
+    """BEFORE trains two epochs of the long run's recipe whole, and again stopped after the first; this code
+    resumes the stopped one. The weights and the history must come out as the whole run's: the same schedule, the
+    same steps."""
     old = _old_package(tmp_path / "old")
     if old is None:
         pytest.skip(f"needs git and commit {BEFORE}")
     env = {**os.environ, "PYTHONPATH": str(old)}
-    subprocess.run([sys.executable, "-c", textwrap.dedent(OLD_RUNS), str(tmp_path)], env=env, check=True,
+    subprocess.run([sys.executable, "-c", textwrap.dedent(OLD_RUNS), str(tmp_path), LONG_RUN], env=env, check=True,
                    cwd=tmp_path)
     stopped = torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)
-    assert stopped["epoch"] == 1 and stopped["settings"] == {**SETTINGS_BEFORE["cifar10-plain-mix"], "epochs": 2}
+    assert stopped["epoch"] == 1 and stopped["settings"] == {**SETTINGS_BEFORE[LONG_RUN], "epochs": 2}
     threads = torch.get_num_threads()
     try:
-        recipes.train_recipe("cifar10-plain-mix", out=tmp_path / "stopped", resume=True, epochs=2, subset=128,
+        recipes.train_recipe(LONG_RUN, out=tmp_path / "stopped", resume=True, epochs=2, subset=128,
                              device="cpu", threads=1, progress=False)
     finally:
         torch.set_num_threads(threads)
