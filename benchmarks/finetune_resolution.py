@@ -2,14 +2,14 @@
 
 The paper (and FixRes before it) pre-trains at a low resolution and fine-tunes at a higher one, resampling the
 position table to the larger grid. Here the low resolution carries less detail for real: the 32-px images are
-averaged down to 16 px (2x2 blocks), so a 4x4 patch grid of 16 tokens replaces cifar10-plain's 8x8 grid of 64.
-- Pre-train: the network and training settings of ``--recipe`` (default ``cifar10-plain``: its epochs, AdamW,
+averaged down to 16 px (2x2 blocks), so a 4x4 patch grid of 16 tokens replaces the paper-style ViT's 8x8 grid of 64.
+- Pre-train: the network and training settings of ``--recipe`` (default ``cifar10-plain-basic``: its epochs, AdamW,
   warmup-cosine, label smoothing), at 16 px, with crop (padding 2) and flip.
 - Fine-tune: the position table resampled to 8x8 (``patches.resample_position_embeddings``), ``--finetune-epochs``
   at 32 px with crop (padding 4) and flip, a tenth of the learning rate, cosine to zero, no warmup.
 - Controls: *resampled*, the 16-px model tested at 32 px with resampled positions and no fine-tune;
   *continued_low*, the same fine-tuning seconds spent continuing at 16 px (same optimiser settings); and the
-  reference, ``cifar10-plain`` trained at 32 px throughout (its shipped accuracy and seconds).
+  reference, ``cifar10-plain-basic`` trained at 32 px throughout (its shipped accuracy and seconds).
 - ``step_seconds``: a training step at 16 and at 32 px timed alternately in this process, to compare the routes'
   compute on one machine.
 
@@ -67,7 +67,7 @@ def loader(images, labels, batch, train=False, seed=0):
 
 
 def step_seconds(name, rounds=10):
-    """{"16": s, "32": s}: median seconds of one training step of cifar10-plain's network (its batch) at each
+    """{"16": s, "32": s}: median seconds of one training step of the paper-style ViT (its batch) at each
     resolution, the two timed alternately so that the machine's changes hit both."""
     batch, steps = RECIPES[name]["train"]["batch_size"], {}
     for size in (LOW, HIGH):
@@ -116,7 +116,7 @@ def reference(name):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--recipe", default="cifar10-plain", help="the network, settings and shipped reference")
+    parser.add_argument("--recipe", default="cifar10-plain-basic", help="the network, settings and shipped reference")
     parser.add_argument("--epochs", type=int, help="pre-training epochs at 16 px (default: the recipe's)")
     parser.add_argument("--finetune-epochs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=OUT)
@@ -125,7 +125,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     recipe = RECIPES.get(args.recipe, {"mix": None})
     if "mix" in recipe or recipe["model"].get("stem_channels"):
-        raise ValueError(f"--recipe {args.recipe!r}: needs a plain ViT recipe without CutMix/Mixup, e.g. cifar10-plain")
+        raise ValueError(f"--recipe {args.recipe!r}: needs a plain ViT recipe without CutMix/Mixup, "
+                         f"e.g. cifar10-plain-basic")
     args.epochs = args.epochs or RECIPES[args.recipe]["train"]["epochs"]
     images, labels = load("cifar10", "train")
     test_images, test_labels = load("cifar10", "test")

@@ -1,8 +1,8 @@
-"""What the small-data protocol of ``cifar10-plain-mix`` costs per training step, part by part.
+"""What the small-data protocol of ``cifar10-plain`` costs per training step, part by part.
 
 Times a whole training step (making the batch on the device, then forward, backward and AdamW) of the paper-style
-ViT under four protocols, alternately in one process: crop + flip (``cifar10-plain``'s), + RandAugment, + CutMix /
-Mixup, and all of them with stochastic depth (``cifar10-plain-mix``'s). Alternating spreads the machine's drifts
+ViT under four protocols, alternately in one process: crop + flip (``cifar10-plain-basic``'s), + RandAugment, + CutMix /
+Mixup, and all of them with stochastic depth (``cifar10-plain``'s). Alternating spreads the machine's drifts
 over all four; the ratios to crop + flip are what carries over to another machine. ``--record`` writes
 benchmarks/results/plain_protocol_cost.json.
 
@@ -29,7 +29,7 @@ from vit_course.train import param_groups, train_step
 
 def protocols():
     """name -> (model config, augment keywords, mix keywords or None), from the two recipes."""
-    basic, strong = RECIPES["cifar10-plain"], RECIPES["cifar10-plain-mix"]
+    basic, strong = RECIPES["cifar10-plain-basic"], RECIPES["cifar10-plain"]
     return {
         "crop+flip": (basic["model"], basic["augment"], None),
         "+randaugment": (basic["model"], strong["augment"], None),

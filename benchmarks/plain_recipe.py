@@ -1,4 +1,7 @@
-"""How the ``cifar10-plain`` recipe was chosen: the cost of a training step of candidate widths, and short runs.
+"""How the paper-style ViT's width was chosen: the cost of a training step of candidate widths, and short runs.
+
+The candidates vary ``cifar10-plain-basic``'s network (``cifar10-plain`` is the same network, trained longer and
+harder).
 
 ``--speed`` times one training step (batch 128, 2 threads) of each candidate config in one process, alternately
 and repeatedly, in float32 and under bfloat16 autocast, and writes benchmarks/results/plain_recipe_speed.json: how
@@ -44,7 +47,7 @@ def speed(rounds=3, steps=4, threads=2):
     from vit_course.recipes import RECIPES
 
     torch.set_num_threads(threads)
-    base = RECIPES["cifar10-plain"]["model"]
+    base = RECIPES["cifar10-plain-basic"]["model"]
     x, y = torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,))
     models = {name: ViT(**{**base, **change}) for name, change in CANDIDATES.items()}
     optimizers = {name: torch.optim.AdamW(param_groups(m, 0.05), lr=1e-3) for name, m in models.items()}
@@ -77,7 +80,7 @@ def runs(names, budget, seed, threads):
     """Short runs of each candidate at one budget, one process after another; -> list of result dicts."""
     results = []
     for name in names:
-        command = [sys.executable, str(HERE / "ablate.py"), "cifar10-plain", "--budget", str(budget), "--seed",
+        command = [sys.executable, str(HERE / "ablate.py"), "cifar10-plain-basic", "--budget", str(budget), "--seed",
                    str(seed), "--out", f"runs/plain_recipe/{name}", "--threads", str(threads)]
         for key, value in CANDIDATES[name].items():
             command += ["--set", f"model.{key}={value!r}"]

@@ -82,7 +82,7 @@ def test_finetune_resolution_writes_the_chapters_json(tmp_path):
     assert set(run["accuracy"]) == {"low", "resampled", "finetuned", "continued_low"}
     assert set(run["seconds"]) == {"pretrain", "finetune", "continued_low"} and min(run["seconds"].values()) > 0
     assert run["seconds"]["continued_low"] <= 1.5 * run["seconds"]["finetune"] + 1  # the same time, at 16 px
-    assert result["reference"]["name"] == "cifar10-plain" and 0 < result["reference"]["accuracy"] < 1
+    assert result["reference"]["name"] == "cifar10-plain-basic" and 0 < result["reference"]["accuracy"] < 1
     assert set(result["step_seconds"]) == {"16", "32"}
     with pytest.raises(ValueError, match="plain ViT recipe"):
         benchmark("finetune_resolution").main(["--smoke", "--recipe", "cifar10", "--out", str(tmp_path / "x.json")])

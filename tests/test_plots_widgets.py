@@ -89,7 +89,7 @@ def load_shipped(name):
     return load(name)
 
 
-@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain"])
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain", "cifar10-plain-basic"])
 def test_every_figure_draws_for_the_shipped_models(name):
     loaded = load_shipped(name)
     model = loaded[0] if isinstance(loaded, tuple) else loaded

@@ -12,7 +12,7 @@ from vit_course.results import accuracy_cell
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain"])
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain", "cifar10-plain-basic"])
 def test_results_table_matches_shipped_metrics(name):
     metrics = json.loads((ROOT / "vit_course" / "checkpoints" / name / "metrics.json").read_text())
     row = next(line for line in (ROOT / "README.md").read_text().splitlines()

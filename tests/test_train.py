@@ -333,7 +333,7 @@ def test_fit_refuses_a_loader_without_batches():
 
 
 @needs_data
-@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain"])
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain", "cifar10-plain-basic"])
 def test_shipped_checkpoint_matches_its_metrics(name):
     from vit_course.batches import loaders
     from vit_course.recipes import RECIPES

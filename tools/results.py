@@ -18,7 +18,8 @@ from vit_course.kernel import ROOT
 from vit_course.results import BENCHMARKS, accuracy_cell, one_view_accuracy, precision
 
 CHECKPOINTS = ROOT / "vit_course" / "checkpoints"
-RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"))
+RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"),
+        ("cifar10-plain-basic", "CIFAR-10, paper-style ViT, basic protocol"))
 BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Precision", "Reproduce with"]
 README_HEADER = ["run", "command", "test accuracy", "epochs done", "training time", "parameters", "precision",
                  "machine"]

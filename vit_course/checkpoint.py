@@ -14,7 +14,7 @@ import torch
 from .files import atomic_write
 from .vit import ViT
 
-PRETRAINED = ("mnist", "cifar10", "cifar10-plain")
+PRETRAINED = ("mnist", "cifar10", "cifar10-plain", "cifar10-plain-basic")
 
 
 def save_checkpoint(path, model, *, history=None, metrics=None, optimizer=None, **extra):
