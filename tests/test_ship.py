@@ -31,7 +31,8 @@ def test_a_renamed_recipe_ships_under_its_new_name_and_keeps_the_old(tmp_path, m
     out = ship(tmp_path, "mnist-renamed", checkpoints=tmp_path / "shipped")
     shipped, state = load_checkpoint(out / "model.pt")
     assert state["recipe"] == "mnist-renamed" and state["trained_as"] == "mnist" and state["history"] == HISTORY
-    assert all(torch.equal(a, b) for a, b in zip(shipped.state_dict().values(), model.state_dict().values()))
+    weights = zip(shipped.state_dict().values(), model.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in weights)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics == {"recipe": "mnist-renamed", "trained_as": "mnist", "test_accuracy": 0.8, "epochs": 2}
     assert (out / "curves.png").stat().st_size > 1000
