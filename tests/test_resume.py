@@ -1,8 +1,8 @@
 """``--resume`` continues checkpoints that earlier versions of the course wrote, with the same schedule and settings.
 
 f793782 is the commit before ``fit`` took a ``TrainConfig`` and mixed precision became a plain rule: the settings its
-``train_recipe`` stored must still be accepted. ``BEFORE`` is the commit that started the long run in progress
-(training/README.md), which writes its checkpoint.pt after every epoch; the present code must carry it on.
+``train_recipe`` stored must still be accepted. ``BEFORE`` is the commit that started the last long run
+(training/README.md), which wrote its checkpoint.pt after every epoch; the present code must carry it on.
 """
 
 import os
@@ -20,7 +20,7 @@ from vit_course import ViT, load_checkpoint, recipes
 from vit_course.checkpoint import save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE, LONG_RUN = "4b9291a", "cifar10-plain-mixup"  # the commit and recipe of the long run in progress
+BEFORE, LONG_RUN = "4b9291a", "cifar10-plain-mixup"  # the commit and recipe of the last long run
 needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 
 # run_info["settings"] as f793782's and BEFORE's train_recipe stored them in every checkpoint, written out by hand
