@@ -93,6 +93,8 @@ def train_run(model, train, val, patience, max_rounds, work):
         optimizer.load_state_dict(saved.pop("optimizer"))
         torch.set_rng_state(saved.pop("rng"))
         state = saved
+    if machine() not in state.setdefault("machines", [])[-1:]:
+        state["machines"].append(machine())  # a run resumed in another session may finish on another CPU
     started = time.perf_counter() - state["seconds"]
     while state["rounds"] < max_rounds:
         train.set_epoch(state["rounds"])
@@ -135,6 +137,7 @@ def one_run(name, width, seed, images, labels, val, test, patience, max_rounds, 
             "best_epoch": round(state["best_round"] * round_images / len(labels), 2), "steps": state["steps"],
             "decayed_at": state["decayed_at"], "val_accuracy": round(state["best_val"], 4),
             "test_accuracy": round(test_accuracy, 4), "seconds": round(state["seconds"], 1),
+            "machines": state["machines"],
             "params": sum(p.numel() for p in model.parameters()), "val_history": state["history"]}
 
 

@@ -43,6 +43,7 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path):
               "seconds", "params"}
     for run in result["runs"]:
         assert fields <= set(run) and 0 <= run["test_accuracy"] <= 1 and run["params"] > 0
+        assert len(run["machines"]) == 1 and run["machines"][0]["cores"] >= 1  # trained in one go, on this machine
         assert run["best_round"] <= run["rounds"] <= 3
         assert run["val_history"][run["best_round"] - 1] == run["val_accuracy"]
     assert not list(work.glob("*.pt"))  # a finished run leaves no work file
