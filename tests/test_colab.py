@@ -127,11 +127,11 @@ def test_setup_cell_installs_the_course_on_colab_and_the_chapter_runs(colab):
     nb = nbformat.read(path, as_version=4)
     setup = nb.cells[1]
     assert "google.colab" in setup.source and "VIT_COURSE_REPO" in setup.source, "not the generated setup cell"
-    where = ("import importlib.util, sys, google.colab, vit_course\n"
+    where = ("import importlib.util, json, sys, google.colab, vit_course\n"
              "from vit_course.results import measurement\n"  # what chapters 07 and 09 read, installed with it
              "print('course from:', vit_course.__file__)\nprint('prefix:', sys.prefix)\n"
-             "print('measured:', measurement('data_scaling')['fractions'], measurement('finetune_resolution')"
-             "['resolution'])\nprint('tools:', importlib.util.find_spec('tools'))")
+             "print('measured:', json.dumps([measurement('data_scaling')['seeds'], "
+             "measurement('finetune_resolution')['resolution']]))\nprint('tools:', importlib.util.find_spec('tools'))")
     nb.cells.append(nbformat.v4.new_code_cell(where))
     started = time.perf_counter()
     NotebookClient(nb, kernel_name=colab["kernel"], timeout=600, record_timing=False,
@@ -146,6 +146,9 @@ def test_setup_cell_installs_the_course_on_colab_and_the_chapter_runs(colab):
     assert f"prefix: {site}" in where, where  # the kernel ran in the fresh venv ...
     assert re.search(rf"course from: {re.escape(site)}/lib/python[\d.]+/site-packages/vit_course/", where), \
         where  # ... and imported the course the setup cell installed there, not this checkout
-    assert "measured: [0.1, 0.25, 0.5, 1.0] 48" in where and "tools: None" in where, where  # no maintainer tools
+    stored = [json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+              for name in ("data_scaling", "finetune_resolution")]  # the installed copies must match these
+    assert f"measured: {json.dumps([stored[0]['seeds'], stored[1]['resolution']])}" in where, where
+    assert "tools: None" in where, where  # no maintainer tools
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert errors == []
