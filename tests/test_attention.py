@@ -29,6 +29,21 @@ def test_sdpa_with_masks_matches_torch():
         assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
 
 
+def test_sdpa_query_that_may_attend_nowhere_gets_zeros_as_in_torch():
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 6, requires_grad=True) for _ in range(3))
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    mask[2] = False  # query 2 may attend to no key
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TOL)
+    assert (weights[:, 2] == 0).all() and torch.allclose(weights[:, [0, 1, 3]].sum(-1), torch.ones(2, 3), **TOL)
+    out.sum().backward()
+    assert all(t.grad.isfinite().all() for t in (q, k, v))
+    mha = MultiHeadAttention(6, 2).eval()
+    weights = mha.attention_weights(q.detach(), mask)  # the explicit path agrees with the fused forward's zeros
+    assert (weights[:, :, 2] == 0).all() and weights.isfinite().all()
+
+
 def test_sdpa_bad_input():
     with pytest.raises(ValueError, match="8.*6|same last dimension"):
         scaled_dot_product_attention(torch.randn(3, 8), torch.randn(4, 6), torch.randn(4, 2))

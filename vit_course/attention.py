@@ -34,6 +34,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0: no weight there
     weights = scores.softmax(dim=-1)  # (..., n_q, n_k), rows sum to 1
+    if mask is not None:  # a query that may attend nowhere got softmax(all -inf) = 0/0 = NaN: make it 0,
+        weights = weights.masked_fill(~mask, 0.0)  # as PyTorch's fused function does (other rows unchanged)
     return weights @ v, weights  # (..., n_q, d_v), (..., n_q, n_k)
 
 
