@@ -148,3 +148,9 @@ def test_rankings_of_a_mean_pooled_model_read_the_mean_of_the_patch_rows():
     rankings = attention_rankings(model, inputs)
     torch.testing.assert_close(rankings["last layer"], weights[-1].mean(1).mean(1))  # (3, 16)
     torch.testing.assert_close(rankings["rollout"], attention_rollout(weights).mean(1))
+    model = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=4, dim=32, depth=2, num_heads=2,
+                pool="mean", class_token=True).eval()  # a class token the head does not read
+    weights = layer_attentions(model, inputs)
+    rankings = attention_rankings(model, inputs)
+    torch.testing.assert_close(rankings["last layer"], weights[-1].mean(1)[:, 1:, 1:].mean(1))  # (3, 16)
+    torch.testing.assert_close(rankings["rollout"], attention_rollout(weights)[:, 1:, 1:].mean(1))

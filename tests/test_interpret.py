@@ -79,6 +79,19 @@ def test_maps_without_class_token_average_the_patch_rows():
     torch.testing.assert_close(attention_map(a, 2, normalize=False).flatten(2), a.mean(dim=2))
 
 
+def test_maps_of_a_mean_pooled_model_with_class_token_average_the_patch_rows():
+    a = random_attention(2, 3, 1 + 4)  # class token + a 2x2 grid, but the head reads the patches' mean
+    patch_rows = a[:, :, 1:, 1:].mean(dim=2)  # (b, h, N): the rows the mean-pooled head reads, patch columns
+    torch.testing.assert_close(attention_map(a, 2, normalize=False, pool="mean").flatten(2), patch_rows)
+    torch.testing.assert_close(rollout_map([a], 2, normalize=False, pool="mean").flatten(1),
+                               attention_rollout([a])[:, 1:, 1:].mean(dim=1))
+    torch.testing.assert_close(attention_map(a, 2, normalize=False).flatten(2), a[:, :, 0, 1:])  # guessed: cls
+    with pytest.raises(ValueError, match="no prefix token"):
+        attention_map(random_attention(1, 2, 4), 2, pool="cls")
+    with pytest.raises(ValueError, match="'max'"):
+        attention_map(a, 2, pool="max")
+
+
 def test_attention_map_per_head():
     a = random_attention(2, 3, 1 + 4)
     maps = attention_map(a, 2, normalize=False)

@@ -55,8 +55,8 @@ def attention_rankings(model, inputs, batch_size=256):
         for start in range(0, len(inputs), batch_size):
             weights = layer_attentions(model, inputs[start:start + batch_size].to(device))  # L x (b, h, n, n)
             k = num_prefix(weights[0].shape[-1], model.grid_size)
-            rankings["rollout"].append(pooled_row(attention_rollout(weights), k).cpu())  # (b, N)
-            rankings["last layer"].append(pooled_row(weights[-1].float().mean(1), k).cpu())  # (b, N)
+            rankings["rollout"].append(pooled_row(attention_rollout(weights), k, model.pool).cpu())  # (b, N)
+            rankings["last layer"].append(pooled_row(weights[-1].float().mean(1), k, model.pool).cpu())  # (b, N)
     return {name: torch.cat(parts) for name, parts in rankings.items()}
 
 

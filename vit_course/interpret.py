@@ -56,12 +56,18 @@ def attention_rollout(attentions):
     return rollout
 
 
-def pooled_row(weights, num_prefix):
-    """(..., n, n) -> (..., N): the row the classifier head reads, over the patch tokens: the class token's row,
-    or without a class token (a mean-pooled model) the mean of the patch tokens' rows."""
-    if num_prefix > 0:
+def pooled_row(weights, num_prefix, pool=None):
+    """(..., n, n) -> (..., N): the row the classifier head reads, over the patch tokens: the class token's row
+    (pool "cls"), or the mean of the patch tokens' rows (pool "mean", which ignores a class token if there is one).
+    pool None: "cls" when there is a prefix token, else "mean" (pass the model's ``pool`` when you have it)."""
+    pool = ("cls" if num_prefix > 0 else "mean") if pool is None else pool
+    if pool == "cls" and num_prefix < 1:
+        raise ValueError('pool="cls" reads the class token\'s row, but these weights have no prefix token')
+    if pool not in ("cls", "mean"):
+        raise ValueError(f'pool must be "cls", "mean" or None, got {pool!r}')
+    if pool == "cls":
         return weights[..., 0, num_prefix:]  # (..., N)
-    return weights.mean(dim=-2)  # (..., N)
+    return weights[..., num_prefix:, num_prefix:].mean(dim=-2)  # (..., N)
 
 
 def _to_grid(maps, grid_size, image_size, normalize, mode):
@@ -80,7 +86,7 @@ def _to_grid(maps, grid_size, image_size, normalize, mode):
     return maps
 
 
-def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bilinear"):
+def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bilinear", pool=None):
     """The rollout of the class token over the patches, laid out on the patch grid (or the image).
 
     Args:
@@ -89,27 +95,28 @@ def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bi
         image_size: (H, W) or int to upsample the map over the image; None keeps (gh, gw)
         normalize: divide each map by its maximum, for display
         mode: interpolation for the upsampling ("bilinear" or "nearest")
+        pool: the model's pooling, which says which row the head reads (``pooled_row``; None: guessed)
     Returns:
-        (b, gh, gw), or (b, H, W) with image_size. Without a class token, the mean of the patch
-        tokens' rollout rows (what a mean-pooled head reads).
+        (b, gh, gw), or (b, H, W) with image_size. For a mean-pooled model, the mean of the patch
+        tokens' rollout rows (what its head reads).
     """
     rollout = attention_rollout(attentions)  # (b, n, n)
     k = num_prefix(rollout.shape[-1], grid_size)
-    return _to_grid(pooled_row(rollout, k), grid_size, image_size, normalize, mode)
+    return _to_grid(pooled_row(rollout, k, pool), grid_size, image_size, normalize, mode)
 
 
-def attention_map(attention, grid_size, image_size=None, normalize=True, mode="bilinear"):
+def attention_map(attention, grid_size, image_size=None, normalize=True, mode="bilinear", pool=None):
     """One layer's raw attention from the class token to the patches, per head.
 
     Args:
         attention: one layer's weights (b, h, n, n), n = k + gh * gw
-        grid_size, image_size, normalize, mode: as for ``rollout_map``
+        grid_size, image_size, normalize, mode, pool: as for ``rollout_map``
     Returns:
         (b, h, gh, gw), or (b, h, H, W) with image_size
     """
     check_attention(attention)
     k = num_prefix(attention.shape[-1], grid_size)
-    return _to_grid(pooled_row(attention.float(), k), grid_size, image_size, normalize, mode)
+    return _to_grid(pooled_row(attention.float(), k, pool), grid_size, image_size, normalize, mode)
 
 
 def patch_centres(grid_size, patch_size):

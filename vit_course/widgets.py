@@ -29,7 +29,7 @@ def _png(fig):
     return buffer.getvalue()
 
 
-def _heat(attentions, grid_size, image_size, layer, head, mode):
+def _heat(attentions, grid_size, image_size, layer, head, mode, pool=None):
     """One image's map (H, W): raw class-token attention of ``head`` (None: mean of the heads) in
     ``layer``, or the rollout through layers 0..layer. attentions: L x (1, h, n, n)."""
     if mode not in MODES:
@@ -38,10 +38,10 @@ def _heat(attentions, grid_size, image_size, layer, head, mode):
     if not 0 <= layer < depth:
         raise ValueError(f"layer {layer} does not exist: the model has layers 0..{depth - 1}")
     if mode == "rollout":
-        return rollout_map(attentions[:layer + 1], grid_size, image_size)[0]  # (H, W)
+        return rollout_map(attentions[:layer + 1], grid_size, image_size, pool=pool)[0]  # (H, W)
     if head is not None and not 0 <= head < heads:
         raise ValueError(f"head {head} does not exist: the layer has heads 0..{heads - 1}")
-    maps = attention_map(attentions[layer], grid_size, image_size, normalize=False)[0]  # (h, H, W)
+    maps = attention_map(attentions[layer], grid_size, image_size, normalize=False, pool=pool)[0]  # (h, H, W)
     heat = maps.mean(0) if head is None else maps[head]  # (H, W)
     return heat / heat.max().clamp_min(1e-12)
 
@@ -75,7 +75,7 @@ def attention_view(model, images, labels, class_names, index=0, layer=-1, head=N
     ``layer`` (negative layers count from the end, as in Python). Returns the Figure."""
     logits, attentions = run_model(model, normalize(images[index:index + 1], mean, std))
     layer = layer % len(attentions)
-    heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode)
+    heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode, model.pool)
     label = None if labels is None else labels[index]
     return _attention_figure(images[index], heat, _caption(logits[0], label, class_names), _describe(layer, head, mode))
 
@@ -108,7 +108,7 @@ def attention_explorer(model, images, labels, class_names, mean=None, std=None):
         head = None if head < 0 else head
         controls["head"].disabled = mode == "rollout"  # rollout averages the heads by definition
         one = [a[i:i + 1] for a in attentions]  # L x (1, h, n, n)
-        heat = _heat(one, model.grid_size, images.shape[-2:], layer, head, mode)
+        heat = _heat(one, model.grid_size, images.shape[-2:], layer, head, mode, model.pool)
         caption = _caption(logits[i], labels[i], class_names)
         picture.value = _png(_attention_figure(images[i], heat, caption, _describe(layer, head, mode)))
         text.value = f"<b>{caption}</b> &nbsp; {_describe(layer, head, mode)}"

@@ -47,7 +47,7 @@ def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, n
     images (b, C, H, W) uint8 or float; mean, std: the model's per-channel normalisation (``batches.normalize``).
     """
     logits, attentions = run_model(model, normalize(images, mean, std))
-    heat = rollout_map(attentions, model.grid_size, image_size=images.shape[-2:])  # (b, H, W)
+    heat = rollout_map(attentions, model.grid_size, image_size=images.shape[-2:], pool=model.pool)  # (b, H, W)
     predicted = logits.argmax(-1)
     rows = math.ceil(len(images) / ncols)
     fig, axes = plt.subplots(rows, 2 * ncols, figsize=(2.4 * ncols, 1.45 * rows + 0.3), squeeze=False,
