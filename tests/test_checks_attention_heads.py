@@ -199,6 +199,9 @@ class MHAFused(nn.Module):
 
     def forward(self, x, mask=None):
         q, k, v = self.split_qkv(x)
+        if self.slip == "output_dropout":  # attention dropout on the heads' outputs, not on the weights
+            out = self.attn_drop(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            return self.proj_drop(self.proj(ref.merge_heads(out)))
         p = {"eval_dropout": self.attn_drop.p, "no_dropout": 0.0}.get(
             self.slip, self.attn_drop.p if self.training else 0.0)
         out = self.proj(ref.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)))
@@ -212,6 +215,9 @@ class MHAFused(nn.Module):
 
 
 def fused(slip):
+    if slip == "no_mask_param":  # attention_weights(x) without the statement's mask parameter
+        without_mask = {"attention_weights": lambda self, x: sdpa(*self.split_qkv(x))[1]}
+        return type("MultiHeadAttention", (MHAFused,), without_mask)
     return type("MultiHeadAttention", (MHAFused,), {"slip": slip})
 
 
@@ -222,6 +228,8 @@ def fused(slip):
     ("F.dropout", r"with proj_drop=0.5, in eval mode(.|\n)*output dropout is applied in eval mode"),
     ("weights_dropout", "attention_weights applies the attention dropout"),
     ("weights_mean", r"one \(n, n\) map per head"),
+    ("output_dropout", r"missing: attn_drop=0.5 on the attention weights(.|\n)*drops attention weights, not outputs"),
+    ("no_mask_param", r"attention_weights takes no mask argument(.|\n)*pass the mask on"),
     ("no_init_check", "dim=10 is not divisible by num_heads=3: expected a ValueError, your code returned"),
     ("no_x_check", "tokens of width 13 .*: expected a ValueError, your code raised RuntimeError"),
 ])

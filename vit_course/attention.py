@@ -80,8 +80,8 @@ class MultiHeadAttention(nn.Module):
     ``qkv.weight`` is laid out [W_q; W_k; W_v] like ``nn.MultiheadAttention.in_proj_weight``,
     so weights copy across unchanged.
 
-    forward(x (b, n, dim), mask=None) -> (b, n, dim), through PyTorch's fused kernel, which never
-    stores the n x n weights; ``attention_weights`` computes them explicitly, for inspection.
+    forward(x (b, n, dim), mask=None) -> (b, n, dim), through PyTorch's fused kernel, which on most
+    inputs does not store the n x n weights; ``attention_weights`` computes them explicitly, for inspection.
     """
 
     def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):

@@ -167,7 +167,7 @@ def uniform_attention_distance(grid_size, patch_size):
 def layer_attentions(model, images):
     """The attention weights of every block of a ``ViT``: images (b, C, H, W) -> list of L (b, h, n, n).
 
-    The fused kernel that ``forward`` uses never stores the weights, so this runs the blocks one by one and
+    The fused kernel that ``forward`` uses does not return the weights, so this runs the blocks one by one and
     asks each block's attention for its weights on the block's normalised input (eval mode, no dropout).
     """
     with eval_mode(model):

@@ -14,6 +14,7 @@ from .core import check
 from .gradients import gradient_flow
 from .modules import check_attention_weights, check_dropout
 from .slips import INTERLEAVED, INVERTED, NO_SCALE, NO_TRANSPOSE, WRONG_AXIS, attention, random_mask
+from .wiring import dropout_wiring
 
 SPLIT_CASES = ((2, 5, 12, 3), (1, 1, 6, 2), (3, 7, 15, 5), (2, 4, 8, 1), (2, 3, 8, 8))
 MERGED_NO_TRANSPOSE = ("your heads look merged without a transpose: `.reshape(b, n, h * d)` on the (b, h, n, d) "
@@ -75,6 +76,9 @@ ATTN_TRAIN = ("attn_drop seems ignored: while training pass dropout_p=self.attn_
 PROJ_EVAL = ("the output dropout is applied in eval mode: use the module self.proj_drop (an nn.Dropout knows the "
              "mode), not F.dropout(out, p)")
 PROJ_TRAIN = "proj_drop seems ignored: apply self.proj_drop after self.proj"
+WHERE = {"attn_drop": ("on the attention weights (b, h, n, n)", "pass dropout_p=self.attn_drop.p to "
+                       "F.scaled_dot_product_attention while training: it drops attention weights, not outputs"),
+         "proj_drop": ("after proj, on the output (b, n, dim)", "return self.proj_drop(self.proj(merged heads))")}
 
 
 def reference_attention(m, x, mask=None):
@@ -205,6 +209,10 @@ def _dropout(c, cls, g):
         label = f"MultiHeadAttention({dim}, {heads}, {key}=0.5)"
         with torch.no_grad():
             check_dropout(c, model, x, reference(x), f"with {key}=0.5", eval_hint, train_hint, label)
+        shape = (2, heads, 6, 6) if key == "attn_drop" else (2, 6, dim)
+        with c.uncounted():
+            dropout_wiring(c, model, reference, x, label, {(0.5, shape): f"{key}=0.5 {WHERE[key][0]}"}, WHERE[key][1])
+        with torch.no_grad():
             if key == "attn_drop" and callable(getattr(model, "attention_weights", None)):
                 model.train()
                 try:

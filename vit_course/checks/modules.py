@@ -127,6 +127,9 @@ def check_attention_weights(c, model, x, weights, label, mask=None, masked=None,
         return
     got = c.call(method, x, label=f"{label}.attention_weights")
     c.close(got, weights, "weights from attention_weights", shape_hints=shape_hints)
+    if mask is not None and required and not accepts(method, "mask"):
+        c.fail(f"{label}.attention_weights takes no mask argument", f"write {required}, as the exercise asks: "
+               "pass the mask on to the attention, as forward does")
     if mask is not None and accepts(method, "mask"):
         got = c.call(method, x, mask=mask, label=f"{label}.attention_weights")
         c.close(got, masked, "weights from attention_weights with a mask",
