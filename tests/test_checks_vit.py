@@ -39,8 +39,9 @@ class ViTParts(nn.Module):
                 1.0 if mistake == "pos_std1" else 0.02))
         else:
             table = ref.patches.sincos_position_embedding(grid, dim)
-            table = [table, torch.zeros(self.k, dim)] if mistake == "sincos_zero_last" else [torch.zeros(self.k, dim),
-                                                                                             table]
+            rows = 1 if mistake == "sincos_zero_always" else self.k  # a zero row even without a class token
+            zeros = torch.zeros(rows, dim)
+            table = [table, zeros] if mistake == "sincos_zero_last" else [zeros, table]
             if mistake == "sincos_param":
                 self.pos_embed = nn.Parameter(torch.cat(table)[None])
             else:
@@ -50,6 +51,8 @@ class ViTParts(nn.Module):
             mistake, lambda i: drop_path * i / max(depth - 1, 1))
         rates = [rate(i) for i in range(depth)]
         drops = (attn_drop, drop) if mistake == "drops_swapped" else (drop, attn_drop)
+        if mistake == "options_ignored":  # qkv_bias and init_values not passed on
+            qkv_bias, init_values = True, None
         self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, *drops, r, init_values)
                                     for r in rates)
         self.norm = nn.LayerNorm(dim) if mistake == "eps" else nn.LayerNorm(dim, eps=1e-6)
@@ -95,6 +98,8 @@ def test_vit_accepts(impl, capsys):
     ("sincos_param", r"with pos_embed='sincos' the position table is an nn.Parameter: 1,088 trainable parameters too "
                      r"many \(\+1,088\)(.|\n)*register_buffer"),
     ("sincos_zero_last", "the class token's zero row goes in front"),
+    ("sincos_zero_always", r"with pool='mean' and class_token=None there is no class token, so no zero row"),
+    ("options_ignored", "qkv_bias=False: pass qkv_bias on to every EncoderBlock"),
     ("mean_all", "mean pooling averages the class token in with the patches"),
     ("cls_always", "with pool='mean' and class_token=None there is no class token"),
     ("rates_depth", r"drop-path rates are \[0.0, 0.075, 0.15, 0.225\], expected \[0.0, 0.1, 0.2, 0.3\](.|\n)*"

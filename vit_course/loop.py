@@ -192,7 +192,7 @@ def _train_epoch(model, bar, optimizer, step, config, budget, amp):
         lr = learning_rate(config, step, len(bar), budget)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with autocast or nullcontext():
+        with autocast or nullcontext():  # the whole step: backward keeps the forward's dtypes; AdamW is no autocast op
             loss = train_step(model, x, y, optimizer, config.label_smoothing, scaler)
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss became {loss} at step {step} (lr {lr:.2e})")

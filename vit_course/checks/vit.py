@@ -86,7 +86,7 @@ def _embed_variants(m, images):
 def _compare(c, cls, config, g, hints=(), gradients=False):
     """Build the learner's ViT(**config), copy a randomised reference's weights in, compare the logits."""
     reference = randomize_norms(ref.ViT(**config).eval(), g)
-    with torch.no_grad():  # timm starts the class token at zero: make it matter
+    with torch.no_grad():  # a new class token is zero: make it matter
         if reference.cls_token is not None:
             reference.cls_token.normal_(generator=g)
         if isinstance(reference.pos_embed, nn.Parameter):
@@ -137,6 +137,10 @@ def ViT(c, cls):
                                    "self.cls_token = None (class_token defaults to pool == 'cls')")
     _compare(c, cls, dict(SMALL, pool="mean"), g, [no_class_token], gradients=True)
     _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
+    c.phase("blocks")
+    _compare(c, cls, dict(SMALL, qkv_bias=False, init_values=0.1), g, [
+        ("qkv.bias", "qkv_bias=False: pass qkv_bias on to every EncoderBlock"),
+        ("gamma", "init_values=0.1: pass init_values on to every EncoderBlock (LayerScale)")])
     _drop_path_rates(c, cls)
     strong_blocks(c, cls, g)
     hybrid(c, cls, g)
@@ -148,7 +152,7 @@ def _initial_values(c, cls):
     model = c.build(cls, **SMALL)
     token, pos = model.cls_token.detach(), model.pos_embed.detach()
     c.ok(bool(torch.all(token == 0)), "a new model's cls_token should be zeros, got values from "
-         f"{token.min().item():.3g} to {token.max().item():.3g}", "nn.Parameter(torch.zeros(1, 1, dim)), as timm")
+         f"{token.min().item():.3g} to {token.max().item():.3g}", "nn.Parameter(torch.zeros(1, 1, dim))")
     std = pos.std().item()
     c.ok(0.01 < std < 0.04 and abs(pos.mean().item()) < 0.01, "a new model's pos_embed should be small random "
          f"numbers (std 0.02), got mean {pos.mean().item():.3g} and std {std:.3g}",
@@ -156,10 +160,14 @@ def _initial_values(c, cls):
 
 
 def _sincos(c, cls, g):
-    """pos_embed="sincos": a buffer (not trained) holding a zero row for the class token, then the sin-cos table."""
+    """pos_embed="sincos": a buffer (not trained), a zero row per class token (none with pool="mean"), the table."""
     c.phase("sincos")
-    config = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1, num_heads=4,
-                  mlp_ratio=2.0, pos_embed="sincos")
+    for pool in ("cls", "mean"):
+        _sincos_table(c, cls, dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1,
+                                   num_heads=4, mlp_ratio=2.0, pos_embed="sincos", pool=pool))
+
+
+def _sincos_table(c, cls, config):
     reference = ref.ViT(**config)
     model = c.build(cls, **config)
     pos = getattr(model, "pos_embed", None)
@@ -169,14 +177,19 @@ def _sincos(c, cls, g):
                "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)")
     c.ok("pos_embed" in dict(model.named_buffers()), f"with pos_embed='sincos', pos_embed should be a buffer, got "
          f"{describe(pos)}", "self.register_buffer('pos_embed', table): saved and moved with the model, never trained")
-    table, zero = reference.pos_embed[0, 1:], torch.zeros(1, config["dim"])
-    c.close(pos, reference.pos_embed, "sin-cos position table (pos_embed)", [
-        ("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
-         lambda: torch.cat([table, zero])[None]),
-        ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
-         "table])[None]", lambda: torch.cat([table[:1], table])[None])],
-        shape_hints=[((1, 16, 64), "the class token needs a position row too: a zero row in front, (1, N + 1, D)"),
-                     ((17, 64), "add the batch axis in front: table[None] is (1, n, D)")])
+    k = reference.num_prefix_tokens
+    table, zero = reference.pos_embed[0, k:], torch.zeros(1, config["dim"])
+    variants = [("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
+                 lambda: torch.cat([table, zero])[None]),
+                ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
+                 "table])[None]", lambda: torch.cat([table[:1], table])[None])]
+    wrong_rows = ("the class token needs a position row too: a zero row in front, (1, N + 1, D)" if k else
+                  "with pool='mean' and class_token=None there is no class token, so no zero row: one per prefix "
+                  "token, torch.zeros(self.num_prefix_tokens, dim), none here")
+    n = reference.pos_embed.shape[1]  # the table with the wrong number of zero rows: one too few, or one too many
+    shapes = [((1, n - 1 if k else n + 1, 64), wrong_rows), ((n, 64), "add the batch axis in front: table[None]")]
+    c.close(pos, reference.pos_embed, f"sin-cos position table (pos_embed) with pool={config['pool']!r}",
+            variants if k else [], shape_hints=shapes)
     c.load(model, reference, [("pos_embed", "register the table as a buffer named pos_embed, persistent (the "
                                             "default of register_buffer), so it is saved with the model")])
 
