@@ -21,8 +21,16 @@ import torch
 import torch.nn.functional as F
 
 from vit_course import ViT
+from vit_course.interpret import attention_distances, pixels_per_token, uniform_attention_distance
 from vit_course.recipes import RECIPES
 from vit_course.train import param_groups
+
+
+def distance_ratios(model, inputs):
+    """Every head's mean attention distance on ``inputs`` (normalised images) as a share of uniform attention's over
+    the model's grid: (L, h), 1 for a head that looks as far as uniform attention (chapter 08's unit)."""
+    uniform = uniform_attention_distance(model.grid_size, pixels_per_token(model))
+    return attention_distances(model.eval(), inputs) / uniform  # (L, h)
 
 
 def training_step(name, autocast=False, compiled=False, changes=None):

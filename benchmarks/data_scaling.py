@@ -13,6 +13,9 @@ each run trained until its validation accuracy stops improving and reported at i
   learned positions, 6 blocks; width ``--width``, narrower than ``cifar10-plain`` to fit the compute); ``hybrid``
   the same transformer behind a conv stem of two stages (32, 64), which also leaves an 8x8 grid of 64 tokens, so
   the two differ only in how tokens are made; ``cnn`` ``baselines.small_resnet`` (14 layers).
+- Chapter 08's question (Raghu et al. 2021: less data, fewer local heads): each ``vit`` run also records every
+  head's mean attention distance at its best round, as a share of uniform attention's, on the first 512 test
+  images (``plain_findings.py``'s definition). A ``vit`` run finished before this was recorded is trained again.
 
 Writes benchmarks/results/data_scaling.json, one run at a time, each finished run appended at once; the run in
 progress checkpoints after every round in --work, so a stopped command resumes where it stopped. Chapter 07 draws
@@ -32,11 +35,11 @@ import time
 from pathlib import Path
 
 import torch
-from common import RESULTS, step_times
+from common import RESULTS, distance_ratios, step_times
 
 from vit_course import DATASETS, ViT, load
 from vit_course.baselines import small_resnet
-from vit_course.batches import DeviceLoader, cifar_augment
+from vit_course.batches import DeviceLoader, cifar_augment, normalize
 from vit_course.device import machine
 from vit_course.files import atomic_write, write_json
 from vit_course.train import evaluate, param_groups, train_step
@@ -60,7 +63,8 @@ MODELS = {
 
 
 def splits(smoke=False):
-    """-> (pool images, pool labels, validation loader, test loader): the 45,000, the 5,000 held out, the test set."""
+    """-> (pool images, pool labels, validation loader, test loader, probe): the 45,000, the 5,000 held out, the
+    test set, and its first 512 images normalised (for the attention distances)."""
     images, labels = load("cifar10", "train")
     test_images, test_labels = load("cifar10", "test")
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))  # one shuffle: nested subsets
@@ -69,7 +73,8 @@ def splits(smoke=False):
         val, pool, test_images, test_labels = val[:128], pool[:512], test_images[:128], test_labels[:128]
     meta = DATASETS["cifar10"]
     batches = functools.partial(DeviceLoader, batch_size=500, mean=meta["mean"], std=meta["std"], device="cpu")
-    return images[pool], labels[pool], batches(images[val], labels[val]), batches(test_images, test_labels)
+    probe = normalize(test_images[:512], meta["mean"], meta["std"])
+    return images[pool], labels[pool], batches(images[val], labels[val]), batches(test_images, test_labels), probe
 
 
 def round_loader(images, labels, seed):
@@ -123,7 +128,7 @@ def train_run(model, train, val, patience, max_rounds, work):
     return state
 
 
-def one_run(name, width, seed, images, labels, val, test, patience, max_rounds, work):
+def one_run(name, width, seed, images, labels, val, test, patience, max_rounds, work, probe):
     """Train model ``name`` on (images, labels) with ``seed``; -> the result row of the run."""
     torch.manual_seed(seed)  # weights, dropout; the loader's order and augmentation follow its own seed
     model = MODELS[name](width)
@@ -138,7 +143,15 @@ def one_run(name, width, seed, images, labels, val, test, patience, max_rounds, 
             "decayed_at": state["decayed_at"], "val_accuracy": round(state["best_val"], 4),
             "test_accuracy": round(test_accuracy, 4), "seconds": round(state["seconds"], 1),
             "machines": state["machines"],
-            "params": sum(p.numel() for p in model.parameters()), "val_history": state["history"]}
+            "params": sum(p.numel() for p in model.parameters()), "val_history": state["history"],
+            **(distances(model, probe) if name == "vit" else {})}
+
+
+def distances(model, probe):
+    """``distance_ratios`` on ``probe`` (layers x heads), and the smallest of the first two layers."""
+    ratios = distance_ratios(model, probe)  # (L, h)
+    return {"distance_ratio": [[round(r, 3) for r in row] for row in ratios.tolist()],
+            "min_ratio_layers_1_2": round(ratios[:2].min().item(), 3)}
 
 
 def plan(width, rounds=10):
@@ -178,7 +191,7 @@ def main(argv=None):
         global ROUND_IMAGES
         ROUND_IMAGES, args.max_rounds, args.patience = 256, 3, 1
     args.sizes = args.sizes or ([256, 512] if args.smoke else list(SIZES))
-    images, labels, val, test = splits(args.smoke)
+    images, labels, val, test, probe = splits(args.smoke)
     if max(args.sizes) > len(labels):
         raise ValueError(f"a training set of {max(args.sizes)} images: only {len(labels)} are left beside the "
                          f"{VALIDATION} held out for validation")
@@ -188,7 +201,7 @@ def main(argv=None):
     if stored and any(stored.get(k) != v for k, v in header.items() if k != "machine"):
         raise ValueError(f"{args.out} holds runs of other settings: "
                          f"{ {k: stored.get(k) for k in header if k != 'machine'} }; pass another --out")
-    runs = stored.get("runs", [])
+    runs = [r for r in stored.get("runs", []) if r["model"] != "vit" or "distance_ratio" in r]  # see the docstring
     for seed in args.seeds:
         for size in args.sizes:
             for name in args.models:
@@ -196,7 +209,7 @@ def main(argv=None):
                     continue
                 work = args.work / f"{name}-{size}-seed{seed}.pt"
                 run = one_run(name, args.width, seed, images[:size], labels[:size], val, test, args.patience,
-                              args.max_rounds, work)
+                              args.max_rounds, work, probe)
                 runs.append(run)
                 seeds = sorted({r["seed"] for r in runs})
                 write_json(args.out, {**header, "seeds": seeds, "sizes": sorted({r["images"] for r in runs}),

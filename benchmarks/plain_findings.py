@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import torch
-from common import RESULTS
+from common import RESULTS, distance_ratios
 
 from vit_course import DATASETS, ViT, normalize
 from vit_course.batches import DeviceLoader
@@ -25,7 +25,7 @@ from vit_course.data import load
 from vit_course.embeddings import neighbour_share, position_rank_correlation, top_variance_share
 from vit_course.faithfulness import attention_rankings, deletion_accuracy, random_ranking
 from vit_course.files import append_run
-from vit_course.interpret import attention_distances, pixels_per_token, uniform_attention_distance
+from vit_course.interpret import pixels_per_token, uniform_attention_distance
 from vit_course.train import evaluate
 
 
@@ -38,7 +38,7 @@ def findings(model, config, first=512):
     inputs, labels = normalize(images[:first], meta["mean"], meta["std"]), labels[:first]
     grid, P = model.grid_size, model.patch_embed.patch_size
     uniform = uniform_attention_distance(grid, pixels_per_token(model))
-    ratios = attention_distances(model, inputs) / uniform  # (L, h)
+    ratios = distance_ratios(model, inputs)  # (L, h)
     torch.manual_seed(0)
     untrained = ViT(**config)
     rankings = attention_rankings(model, inputs)

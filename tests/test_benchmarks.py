@@ -47,6 +47,18 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path):
         assert run["best_round"] <= run["rounds"] <= 3
         assert run["val_history"][run["best_round"] - 1] == run["val_accuracy"]
     assert not list(work.glob("*.pt"))  # a finished run leaves no work file
+    for run in result["runs"]:  # the ViT's attention distances (chapter 08), layers x heads, shares of uniform's
+        ratios = run.get("distance_ratio")
+        assert (ratios is None) == (run["model"] != "vit")
+        assert ratios is None or (len(ratios) == 6 and {len(row) for row in ratios} == {4}
+                                  and run["min_ratio_layers_1_2"] == min(ratios[0] + ratios[1]) > 0)
+    stale = {**result, "runs": [{k: v for k, v in r.items() if k != "distance_ratio"} for r in result["runs"]]}
+    out.write_text(json.dumps(stale))  # ViT runs from before the distances were recorded: trained again
+    script.main(["--smoke", "--seeds", "0", "--models", "vit", "cnn", "--out", str(out), "--work", str(work)])
+    redone = json.loads(out.read_text())["runs"]
+    assert [(r["model"], r["images"]) for r in redone] == [("cnn", 256), ("cnn", 512), ("vit", 256), ("vit", 512)]
+    assert redone[:2] == result["runs"][1::2] and all("distance_ratio" in r for r in redone[2:])
+    out.write_text(json.dumps(result))
     script.main(["--smoke", "--seeds", "0", "1", "--models", "vit", "--sizes", "256", "--out", str(out),
                  "--work", str(work)])  # finished runs are skipped, a new seed appended
     again = json.loads(out.read_text())
