@@ -41,8 +41,8 @@ RECIPES = {
         "reserve": 6,  # seconds kept for writing the results
     },
     # The same hybrid for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives a small ViT the
-    # locality a plain one needs 100+ epochs to learn; flips without crops and a final evaluation with test-time
-    # flips suit a half-hour run (benchmarks/results/ablate_cifar10.json, flip_tta.json). float32 on a CPU.
+    # locality a plain one needs 100+ epochs to learn; flips without crops (not tested against a crop: see
+    # book/recipes.md) and a final evaluation with test-time flips (flip_tta.json). float32 on a CPU.
     "cifar10": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=128, depth=2, num_heads=4,

@@ -78,20 +78,20 @@ def _randomness(c, found, b, padding, flip):
         low, high = offsets.min().item(), offsets.max().item()
         shift = f"{name} shifts go from {low - padding} to {high - padding}"
         c.ok(len(offsets.unique()) > 1, f"all {b} samples got the same {name} shift",
-             "draw an offset for each sample, not one for the whole batch: torch.randint(0, 2 * padding + "
-             "1, (batch,))")
+             "draw an offset for each sample, not one for the whole batch: _randint(2 * padding + 1, (b,), "
+             "generator, device)")
         c.ok(low == 0 and high == 2 * padding, f"{shift}, expected -{padding} to {padding}",
-             "torch.randint's upper bound is exclusive: torch.randint(0, 2 * padding + 1, ...)"
+             "_randint(high, ...) draws 0..high-1: _randint(2 * padding + 1, ...)"
              if high == 2 * padding - 1 or low == 1 else None)
     c.ok(not torch.equal(dy, dx), "every sample got the same vertical and horizontal shift",
-         "draw the two offsets separately: one torch.randint for dy, another for dx")
+         "draw the two offsets separately: one _randint for dy, another for dx")
 
 
 @check("random_crop_flip")
 def random_crop_flip(c, fn):
     """random_crop_flip(images, padding=4, flip=True, generator=None): a random crop of the zero-padded
     image per sample (offsets uniform in 0..2p, drawn per sample and axis), flipped left-right with probability 1/2
-    (one coin per sample); same shape and dtype; no Python loop over samples; the generator repeats it;
+    (one coin per sample); same shape and dtype; no Python loop; the generator repeats it;
     ValueErrors for images that are not 4-D and a negative padding."""
     g = torch.Generator().manual_seed(22)
     b = 400
@@ -117,16 +117,16 @@ def random_crop_flip(c, fn):
         c.tests += 1
         c.phase("loop")
         c.ok(calls.count < b // 4, f"your code called torch {calls.count} times for {b} images",
-             "a Python loop over the samples: work on the whole batch at once (a batch of offsets and coins, "
-             "index tensors built by broadcasting, one gather)")
+             "a Python loop (over the samples, or over the offsets): work on the whole batch at once (a batch "
+             "of offsets and coins, index tensors built by broadcasting, one gather)")
         _randomness(c, found, b, padding, flip)
     c.phase("generator")
     images = torch.randn(64, 3, 5, 5, generator=g) + 10
     first = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
     second = c.call(fn, images, 2, generator=torch.Generator().manual_seed(7))
     c.ok(torch.equal(first, second), "two calls with generators seeded alike gave different outputs",
-         "draw every random number from `generator` (torch.randint(..., generator=generator)), so a seed "
-         "repeats the augmentation")
+         "draw every random number with _randint(..., generator, device), passing the `generator` on, so a "
+         "seed repeats the augmentation")
     c.raises(fn, torch.randn(3, 5, 5, generator=g), 2, why="images of shape (3, 5, 5) have no batch axis",
              hint="check images.ndim == 4 first and raise a ValueError naming the shape", rule="error")
     c.raises(fn, images, -1, why="padding=-1 is negative", hint="raise a ValueError when padding < 0")

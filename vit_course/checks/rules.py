@@ -155,7 +155,7 @@ RULES = {
         "output": "Sample $i$ is the $H \\times W$ window of its zero-padded image",
         "offsets": "both uniform in $0..2p$ and drawn independently per sample",
         "flip": "mirrored left-right with probability $1/2$ (one coin per sample)",
-        "loop": "No Python loop over samples",
+        "loop": "No Python loop",
         "generator": "Draw the random numbers with the helper",
         "error": "raise `ValueError` for images that are not 4-D or a negative padding",
     },
