@@ -171,7 +171,7 @@ def test_results_rows_from_metrics_and_missing_runs(tmp_path):
     metrics = {"test_accuracy": 0.9912, "train_seconds": 251.6, "epochs": 12, "params": 210_442, "device": "cpu"}
     (tmp_path / "mnist" / "metrics.json").write_text(json.dumps(metrics))
     mnist, cifar, plain, basic = results_rows(tmp_path)
-    assert mnist == ["MNIST", "99.12 %", "4 min 12 s", "12", "210 k", "cpu", "float32",  # no precision: float32
+    assert mnist == ["MNIST", "99.12 %", "4 min 12 s", "12.00 (as many as the budget held)", "210 k", "cpu", "float32",
                      "python -m vit_course train mnist"]
     assert cifar[:2] == ["CIFAR-10", "not yet trained"] and cifar[-1] == "python -m vit_course train cifar10"
     assert plain[1] == "not yet trained" and plain[-1] == "python -m vit_course train cifar10-plain"

@@ -47,7 +47,8 @@ def crop_flip_float(images, padding=4, flip=True, generator=None):
 
 @pytest.mark.parametrize("impl, hint", [
     (crop_flip(pad_mode="reflect"), "not zeros"), (crop_flip(same_offset=True), "same vertical shift"),
-    (crop_flip(high_exclusive=True), r"_randint\(high, ...\) draws 0..high-1"), (crop_flip(vertical=True), "upside down"),
+    (crop_flip(high_exclusive=True), r"_randint\(high, ...\) draws 0..high-1"),
+    (crop_flip(vertical=True), "upside down"),
     (crop_flip(batch_flip=True), "one coin per sample"), (crop_flip(use_generator=False), "generator"),
     (crop_flip_inplace, "in place"), (crop_flip_float, "dtype torch.float32, expected torch.uint8"),
     (lambda images, padding=4, flip=True, generator=None: images, "no sample"),
@@ -76,7 +77,8 @@ SLIPS = [
     slip("random_crop_flip", "loop", "per_sample", crop_flip(loop=True),
          r"called torch \d+ times for 400 images(.|\n)*a Python loop \(over the samples, or over the offsets\)"),
     slip("random_crop_flip", "flip", "one_coin", crop_flip(batch_flip=True), "one coin per sample"),
-    slip("random_crop_flip", "offsets", "exclusive", crop_flip(high_exclusive=True), r"_randint\(high, ...\) draws 0..high-1"),
+    slip("random_crop_flip", "offsets", "exclusive", crop_flip(high_exclusive=True),
+         r"_randint\(high, ...\) draws 0..high-1"),
     slip("random_crop_flip", "offsets", "shared", crop_flip(shared_offset=True), "same vertical and horizontal"),
     slip("random_crop_flip", "generator", "ignored", crop_flip(use_generator=False), "generator"),
     slip("random_crop_flip", "error", "no_check", crop_flip(validate=False), "padding=-1 is negative"),

@@ -82,7 +82,7 @@ def book_rows(checkpoints=CHECKPOINTS):
             continue
         rows.append([label, accuracy_cell(m, lambda fraction: f"{100 * fraction:.2f} %"),
                      format_seconds(m["train_seconds"]),
-                     str(m.get("epochs", "—")), format_count(m["params"]) if "params" in m else "—",
+                     epochs_cell(m) if "epochs" in m else "—", format_count(m["params"]) if "params" in m else "—",
                      str(m.get("device", "—")), precision(m), m.get("command") or command])
     return rows
 

@@ -14,11 +14,16 @@ def build_parser():
 
     parser = argparse.ArgumentParser(prog="python -m vit_course", description="Vision Transformers from scratch")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train a ViT with a recipe (defaults: the time-budgeted CPU ones)",
-                                description="Train a ViT with a recipe and write DIR/model.pt, DIR/metrics.json "
-                                            "and DIR/curves.png.")
-    train.add_argument("recipe", choices=list(RECIPES), help="the recipe (see recipes.py)")
-    train.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
+    lengths = [f"  {name}: " + (f"{r['time_budget']:.0f} s, as many epochs as fit" if r["time_budget"] else
+                                f"{r['train']['epochs']} epochs") for name, r in RECIPES.items()]
+    train = commands.add_parser("train", help="train a ViT with a recipe (mnist, cifar10: the chapters' CPU ones)",
+                                description="Train a ViT with a recipe (vit_course/recipes.py) and write "
+                                            "OUT/model.pt, OUT/metrics.json and OUT/curves.png.",
+                                epilog="How long each recipe trains (the paper-style ones take hours on a CPU):\n"
+                                       + "\n".join(lengths), formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("recipe", choices=list(RECIPES), help="the recipe (vit_course/recipes.py)")
+    train.add_argument("--epochs", type=int, help="epochs (default: the recipe's); a time-budgeted recipe still "
+                                                  "stops at its budget unless --time-budget 0")
     train.add_argument("--out", help="output folder (default: runs/RECIPE)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best one here)")
     train.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")

@@ -1,4 +1,4 @@
-"""A run's results as the chapters read them (chapters 07 and 09): a stored benchmark measurement, and how a run's
+"""A run's results as the chapters read them (chapters 07 to 09): a stored benchmark measurement, and how a run's
 accuracy and precision are written. The README's and the book's tables are written from the same records by the
 repository's own tooling (``python -m tools.results``), which is not part of this package.
 """
@@ -12,7 +12,7 @@ BENCHMARKS = ROOT / "benchmarks" / "results"  # each benchmarks/NAME.py writes i
 
 
 def measurement(name):
-    """The stored result of ``benchmarks/NAME.py``, ``benchmarks/results/NAME.json`` (chapters 07 and 09 read theirs).
+    """The stored result of ``benchmarks/NAME.py``, ``benchmarks/results/NAME.json`` (chapters 07 to 09 read theirs).
 
     Read from the repository when there is one, else from the copy installed with the package (pip puts
     benchmarks/results into vit_course/benchmark_results). -> the parsed JSON.
