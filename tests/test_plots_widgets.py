@@ -257,3 +257,6 @@ def test_attention_view_rejects_bad_choices():
         widgets.attention_view(model, images, None, CLASSES, mode="raw")
     with pytest.raises(ValueError, match="head 5"):
         widgets.attention_view(model, images, None, CLASSES, head=5, mode="attention")
+    depth = len(model.blocks)
+    with pytest.raises(ValueError, match=f"layer {depth} does not exist"):  # not wrapped round to layer 0
+        widgets.attention_view(model, images, None, CLASSES, layer=depth, mode="attention")

@@ -272,6 +272,20 @@ def test_every_recipe_trains_with_a_train_config():
     config = TrainConfig(epochs=2, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0)
     with pytest.raises(TypeError, match="batch_size"):
         fit(ViT(**TINY), [], [], config, batch_size=64)
+    for wrong in (dict(epochs=0), dict(epochs=2.5), dict(time_budget=0), dict(time_budget=float("nan"))):
+        with pytest.raises(ValueError, match=f"{next(iter(wrong))} must be .*got {next(iter(wrong.values()))}"):
+            dataclasses.replace(config, **wrong)
+
+
+def test_fit_refuses_a_checkpoint_it_cannot_write_or_resume(tmp_path):
+    config = TrainConfig(epochs=1, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0)
+    batches = [(torch.randn(2, 1, 28, 28), torch.tensor([0, 1]))]
+    with pytest.raises(ValueError, match="Sequential has none"):  # before training, not after a whole epoch
+        fit(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 2)), batches, batches, config,
+            checkpoint=tmp_path / "c.pt", progress=False)
+    ckpt.save_checkpoint(tmp_path / "model.pt", ViT(**TINY), metrics={"test_accuracy": 0.5})
+    with pytest.raises(ValueError, match="finished model .*checkpoint.pt, not its model.pt"):
+        fit(ViT(**TINY), batches, batches, config, checkpoint=tmp_path / "model.pt", resume=True, progress=False)
 
 
 def test_checkpoint_round_trip_weights_only(tmp_path):
@@ -371,6 +385,10 @@ def test_a_run_that_fills_its_budget_plans_its_steps_from_its_pace():
     assert lr(30, 50.0, epochs=10) == pytest.approx(warmup_cosine(50, 100, 10, 1.0))  # the clock is further on
     assert lr(70, 50.0, epochs=10) == pytest.approx(warmup_cosine(70, 100, 10, 1.0))  # the steps are
     assert lr(70, 99.0, epochs=10, seconds=None) == warmup_cosine(70, 100, 10, 1.0)  # no budget: steps only
+    # a run shorter than its warmup (10 steps): the warmup takes the first half, and the run still ends decayed
+    assert lr(7, 99.5) == pytest.approx(warmup_cosine(7, 8, 4, 1.0)) and lr(7, 99.5) < 0.2  # 8 steps: warmup 4
+    one_epoch = dataclasses.replace(config, epochs=1)  # no budget: a warmup as long as the run is the run's choice
+    assert learning_rate(one_epoch, 3, 4, Budget()) == pytest.approx(1.0)
 
 
 @needs_data

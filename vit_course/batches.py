@@ -187,8 +187,8 @@ def loaders(name, batch_size, device=None, augment=True, root=None, seed=0, mix=
     augmentation (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2 pixels), False for none,
     or a function ``(uint8 batch, generator) -> uint8 batch``. ``mix``: see ``DeviceLoader`` (training only).
     """
+    train_images, train_labels = load(name, "train", root)  # checks the name first
     meta = DATASETS[name]
-    train_images, train_labels = load(name, "train", root)
     test_images, test_labels = load(name, "test", root)
     common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
     train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,

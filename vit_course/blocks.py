@@ -29,7 +29,7 @@ class MLP(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm written out (the optional exercise of chapter 03); equals ``nn.LayerNorm``.
+    """LayerNorm written out (the optional exercise of chapter 03); equals ``nn.LayerNorm`` with the same eps.
 
     Each token is shifted to mean 0 and scaled to variance 1 over its own features,
     then scaled by ``weight`` and shifted by ``bias``. forward(x (..., dim)) -> (..., dim)

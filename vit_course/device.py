@@ -1,4 +1,5 @@
-"""Where to compute (every chapter that trains): the device, how many CPU threads, and what the CPU is.
+"""Where to compute (every chapter that trains): the device, in what precision, how many CPU threads, and what the
+CPU is.
 
 A GPU (CUDA, then Apple's MPS) is used when present and never required. On the CPU, training takes one thread
 per core, or a single one when other processes already keep the cores busy (``pick_threads``).
@@ -104,4 +105,29 @@ def pick_threads(threads=None):
     return 1 if busy else torch.get_num_threads()
 
 
-__all__ = ["cpu_flags", "cpu_has_bf16", "machine", "pick_device", "pick_threads"]
+def precision(amp, device):
+    """What a run multiplies in: "bf16", "fp16" or "fp32".
+
+    amp="auto": on a CUDA GPU bf16 where the card computes in it (compute capability 8.0+), else fp16 (a T4 only
+    emulates bf16); float32 on the CPU and MPS (chapter 09). "bf16" on any device, "fp16" on CUDA. "off": fp32.
+    """
+    if amp not in ("auto", "bf16", "fp16", "off") or (amp == "fp16" and device.type != "cuda"):
+        raise ValueError(f'amp must be "auto", "bf16", "fp16" (CUDA only) or "off", got {amp!r} on {device}')
+    if amp != "auto":
+        return "fp32" if amp == "off" else amp
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
+    return "fp32"
+
+
+def amp_settings(amp, device):
+    """(autocast context or None, GradScaler or None) for ``amp`` on ``device`` (see ``precision``): float16 on a
+    GPU needs a GradScaler, so that small gradients survive; bfloat16 keeps float32's range and needs none."""
+    kind = precision(amp, device)
+    if kind == "fp32":
+        return None, None
+    scaler = torch.amp.GradScaler(device.type) if kind == "fp16" else None
+    return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16), scaler
+
+
+__all__ = ["amp_settings", "cpu_flags", "cpu_has_bf16", "machine", "pick_device", "pick_threads", "precision"]

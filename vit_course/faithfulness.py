@@ -68,7 +68,7 @@ def deletion_accuracy(model, inputs, labels, ranking, fraction, patch_size, batc
         for start in range(0, len(inputs), batch_size):
             part = slice(start, start + batch_size)
             deleted = delete_patches(inputs[part], ranking[part], fraction, patch_size).to(device)
-            correct += (model(deleted).argmax(-1).cpu() == labels[part]).sum().item()
+            correct += (model(deleted).argmax(-1).cpu() == labels[part].cpu()).sum().item()
     return correct / len(inputs)
 
 

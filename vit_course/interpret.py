@@ -82,7 +82,7 @@ def _to_grid(maps, grid_size, image_size, normalize, mode):
         maps = flat.reshape(*lead, *flat.shape[-2:])  # (..., H, W)
     if normalize:
         peak = maps.flatten(-2).amax(dim=-1).clamp_min(1e-12)  # (...,): each map's largest value
-        maps = maps / peak[..., None, None]  # (..., gh, gw) in [0, 1]
+        maps = maps / peak[..., None, None]  # (..., gh, gw), or (..., H, W) upsampled, in [0, 1]
     return maps
 
 
@@ -171,7 +171,7 @@ def layer_attentions(model, images):
     asks each block's attention for its weights on the block's normalised input (eval mode, no dropout).
     """
     with eval_mode(model):
-        x = model.embed(images)  # (b, n, D)
+        x = model.embed(images.to(next(model.parameters()).device))  # (b, n, D), on the model's device
         weights = []
         for block in model.blocks:
             weights.append(block.attn.attention_weights(block.norm1(x)))  # (b, h, n, n)

@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import read_checkpoint, save_checkpoint
-from .device import pick_device, restore_state, resume_state
+from .device import amp_settings, pick_device, precision, restore_state, resume_state  # noqa: F401 (precision)
 from .train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
 HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
@@ -47,30 +47,11 @@ class TrainConfig:
     time_budget: float | None = None
     seed: int = 0
 
-
-def precision(amp, device):
-    """What a run multiplies in: "bf16", "fp16" or "fp32".
-
-    amp="auto": on a CUDA GPU bf16 where the card computes in it (compute capability 8.0+), else fp16 (a T4 only
-    emulates bf16); float32 on the CPU and MPS (chapter 09). "bf16" on any device, "fp16" on CUDA. "off": fp32.
-    """
-    if amp not in ("auto", "bf16", "fp16", "off") or (amp == "fp16" and device.type != "cuda"):
-        raise ValueError(f'amp must be "auto", "bf16", "fp16" (CUDA only) or "off", got {amp!r} on {device}')
-    if amp != "auto":
-        return "fp32" if amp == "off" else amp
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
-    return "fp32"
-
-
-def amp_settings(amp, device):
-    """(autocast context or None, GradScaler or None) for ``amp`` on ``device`` (see ``precision``): float16 on a
-    GPU needs a GradScaler, so that small gradients survive; bfloat16 keeps float32's range and needs none."""
-    kind = precision(amp, device)
-    if kind == "fp32":
-        return None, None
-    scaler = torch.amp.GradScaler(device.type) if kind == "fp16" else None
-    return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16), scaler
+    def __post_init__(self):
+        if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
+            raise ValueError(f"epochs must be a whole number >= 1 (or None, with a time_budget), got {self.epochs!r}")
+        if self.time_budget is not None and not 0 < self.time_budget < math.inf:
+            raise ValueError(f"time_budget must be a positive number of seconds (or None), got {self.time_budget!r}")
 
 
 class Budget:
@@ -108,7 +89,8 @@ def learning_rate(config, step, steps_per_epoch, budget):
     """The learning rate of ``step``: ``warmup_cosine`` over the steps the run plans, epochs x steps per epoch.
 
     Under a time budget the schedule follows the clock too, so a run the budget cuts still ends decayed: it stands
-    at the steps done or at the share of the budget used, whichever is further. With epochs=None the planned
+    at the steps done or at the share of the budget used, whichever is further (and a warmup longer than the steps
+    the budget holds takes the first half of them). With epochs=None the planned
     steps are those the budget holds at the pace so far (before there is a pace: warmup, then the peak), so a
     faster machine plans more of them.
     """
@@ -120,6 +102,8 @@ def learning_rate(config, step, steps_per_epoch, budget):
         else:
             step = max(step, int(total * used))
     warmup = round(config.warmup_epochs * steps_per_epoch)
+    if budget.seconds is not None and warmup >= total:  # else the budget would end the run before any decay
+        warmup = total // 2
     return warmup_cosine(min(step, total - 1), total, warmup, config.lr, config.min_lr)
 
 
@@ -139,12 +123,14 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
     Returns the history: dict of lists epoch (fractional where the budget cut it), train_loss, test_loss, test_acc
     (one view), lr, seconds (cumulative); with test_flips also flip_acc, the last accuracy with flips (a number).
-    Runs the budget does not cut are exactly reproducible. KeyboardInterrupt: the model is left in eval mode with
-    the last step's weights, the checkpoint keeps the last finished epoch, and the interrupt is re-raised.
+    Runs without a time budget are exactly reproducible (under a budget the schedule follows the clock).
+    KeyboardInterrupt: the model is left in eval mode with the last step's weights, the checkpoint keeps the last
+    finished epoch, and the interrupt is re-raised.
     """
     config = dataclasses.replace(config, **settings) if config is not None else TrainConfig(**settings)
     if config.epochs is None and config.time_budget is None:
         raise ValueError("epochs=None trains until the time budget is used: give a time_budget, or a number of epochs")
+    _check_checkpointable(model, checkpoint)
     device = pick_device(device)
     model.to(device)
     autocast, scaler = amp_settings(config.amp, device)
@@ -186,9 +172,11 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
 def _train_epoch(model, bar, optimizer, step, config, budget, amp):
     """One pass over the loader in ``bar`` (cut short when the budget runs out): -> (losses, last lr, step)."""
     autocast, scaler = amp
+    device = next(model.parameters()).device
     losses, lr = [], learning_rate(config, step, len(bar), budget)
     for x, y in bar:
         tick = time.perf_counter()
+        x, y = x.to(device), y.to(device)  # a no-op for the course's loaders, which keep the data on the device
         lr = learning_rate(config, step, len(bar), budget)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -206,6 +194,13 @@ def _train_epoch(model, bar, optimizer, step, config, budget, amp):
     return losses, lr, step
 
 
+def _check_checkpointable(model, checkpoint):
+    """Refuse, before any training, a checkpoint that ``save_checkpoint`` could not write (a model without .config)."""
+    if checkpoint is not None and not isinstance(getattr(model, "config", None), dict):
+        raise ValueError(f"checkpoint={checkpoint}: a checkpoint stores a ViT with its .config; {type(model).__name__} "
+                         "has none, so train it without a checkpoint")
+
+
 def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
     """-> (history, epoch, step, seconds) of a fresh run, or of the run in ``checkpoint`` (None or False: fresh) if it
     exists, loaded into model, optimizer and ``restore_state``; the loader (refused if empty) is told the epoch."""
@@ -215,6 +210,9 @@ def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
     history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
     if checkpoint and Path(checkpoint).is_file():
         state = read_checkpoint(checkpoint)
+        if "optimizer" not in state:
+            raise ValueError(f"{checkpoint} holds a finished model (no optimizer state): resume from the run's "
+                             "checkpoint.pt, not its model.pt")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         restore_state(state, next(model.parameters()).device, scaler)  # the model is on the run's device

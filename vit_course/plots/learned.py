@@ -14,7 +14,7 @@ from ..interpret import attention_map, rollout_map, run_model
 from .images import show_image, show_overlay
 
 
-def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None):
+def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None, pool=None):
     """Attention from the class token to the patches, per head (columns) and layer (rows), over the image.
 
     Args:
@@ -22,6 +22,7 @@ def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None):
         image: (C, H, W) the image they were computed on
         grid_size: the model's patch grid (gh, gw)
         layers, heads: indices to draw (default: all)
+        pool: the model's pooling (``interpret.pooled_row``): "mean" draws the row a mean-pooled head reads
     """
     layers = list(range(len(attentions))) if layers is None else list(layers)
     heads = list(range(attentions[0].shape[1])) if heads is None else list(heads)
@@ -29,7 +30,7 @@ def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None):
     fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.6 * len(heads) + 0.8, 1.6 * len(layers)),
                              squeeze=False, layout="constrained")
     for row, layer in zip(axes, layers, strict=True):
-        maps = attention_map(attentions[layer][:1], grid_size, image_size=size)[0]  # (h, H, W)
+        maps = attention_map(attentions[layer][:1], grid_size, image_size=size, pool=pool)[0]  # (h, H, W)
         for ax, head in zip(row, heads, strict=True):
             shown = show_overlay(ax, image, maps[head])
         row[0].set_ylabel(f"layer {layer + 1}", fontsize=9)
