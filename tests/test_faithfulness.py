@@ -130,11 +130,20 @@ def test_rankings_and_deletion_on_a_small_vit():
     inputs, labels = torch.randn(10, 3, 16, 16), torch.randint(0, 4, (10,))
     rankings = attention_rankings(model, inputs, batch_size=4)
     assert set(rankings) == {"rollout", "last layer"} and rankings["rollout"].shape == (10, 16)
+    weights = layer_attentions(model, inputs)  # the class token's rows: its own rollout row, its last-layer row
+    torch.testing.assert_close(rankings["rollout"], attention_rollout(weights)[:, 0, 1:])
+    torch.testing.assert_close(rankings["last layer"], weights[-1].mean(1)[:, 0, 1:])
     with torch.no_grad():
         predicted = model(inputs).argmax(-1)
+        zeros = model(torch.zeros_like(inputs)).argmax(-1)  # every patch deleted: the prediction on the mean image
     assert deletion_accuracy(model, inputs, predicted, rankings["rollout"], 0.0, 4) == 1.0
-    accuracy = deletion_accuracy(model, inputs, labels, random_ranking(10, 16), 0.25, 4, batch_size=3)
-    assert 0.0 <= accuracy <= 1.0
+    everything = deletion_accuracy(model, inputs, predicted, rankings["rollout"], 1.0, 4)
+    assert everything == pytest.approx((zeros == predicted).float().mean().item())
+    ranking = random_ranking(10, 16, torch.Generator().manual_seed(1))
+    for fraction in (0.25, 0.5):  # the same as deleting by hand, in batches that do not divide the 10 images
+        with torch.no_grad():
+            by_hand = (model(delete_patches(inputs, ranking, fraction, 4)).argmax(-1) == labels).float().mean().item()
+        assert deletion_accuracy(model, inputs, labels, ranking, fraction, 4, batch_size=3) == pytest.approx(by_hand)
     curves = deletion_curves(model, inputs, predicted, {"random": random_ranking(10, 16)}, [0.0, 1.0], 4)
     assert curves["random"][0] == 1.0 and len(curves["random"]) == 2
 

@@ -1,5 +1,7 @@
 """Patches, patch embeddings and position embeddings."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -100,6 +102,22 @@ def test_sincos_rows_and_columns():
     assert not torch.allclose(pe[0, 0], pe[0, 1])
     with pytest.raises(ValueError, match="30"):
         sincos_position_embedding(4, 30)
+
+
+def test_sincos_values_follow_big_visions_formula_element_by_element():
+    """big_vision's posemb_sincos_2d, which Beyer et al. (2022) use, written out one number at a time: row r of the
+    table is patch (i, j) = divmod(r, gw); quarter q of its features is sin(j w), cos(j w), sin(i w), cos(i w)
+    with w = 10000 ** (-f / (D/4 - 1)) for feature f of the quarter."""
+    gh, gw, dim = 3, 4, 16
+    table = sincos_position_embedding((gh, gw), dim)
+    quarter = dim // 4
+    for r in range(gh * gw):
+        i, j = divmod(r, gw)
+        for f in range(quarter):
+            w = 10000.0 ** (-f / (quarter - 1))
+            expected = [math.sin(j * w), math.cos(j * w), math.sin(i * w), math.cos(i * w)]
+            got = [table[r, q * quarter + f].item() for q in range(4)]
+            assert got == pytest.approx(expected, abs=1e-6), (r, f)
 
 
 def test_sincos_start_and_step_place_a_coarse_grid_inside_a_fine_one():

@@ -8,7 +8,7 @@ import torch
 
 from tools.ship import ship
 from vit_course import ViT, load_checkpoint, recipes
-from vit_course.checkpoint import read_checkpoint, save_checkpoint
+from vit_course.checkpoint import pretrained_path, read_checkpoint, save_checkpoint
 
 HISTORY = {"epoch": [1, 2], "train_loss": [1.0, 0.5], "test_loss": [0.9, 0.6], "test_acc": [0.7, 0.8], "lr": [1, 0]}
 
@@ -59,3 +59,15 @@ def test_a_resumable_checkpoint_is_not_a_finished_run(tmp_path):
     torch.save({**state, "optimizer": {"state": {}}}, tmp_path / "model.pt")
     with pytest.raises(ValueError, match="optimizer state"):
         ship(tmp_path, "mnist", checkpoints=tmp_path / "shipped")
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain", "cifar10-plain-basic"])
+def test_each_shipped_metrics_json_holds_the_checkpoints_own_metrics(name):
+    """The README and the book read metrics.json; the chapters read the metrics inside model.pt: the same run's.
+    metrics.json adds the whole command's wall_seconds, and a renamed recipe's trained_as (its old name, which the
+    checkpoint still calls its recipe)."""
+    stored = read_checkpoint(pretrained_path(name))["metrics"]
+    written = json.loads((pretrained_path(name).parent / "metrics.json").read_text())
+    assert written["recipe"] == name and written.get("trained_as", name) == stored["recipe"]
+    extra = {"wall_seconds", "trained_as", "recipe"}
+    assert {k: v for k, v in written.items() if k not in extra} == {k: v for k, v in stored.items() if k != "recipe"}

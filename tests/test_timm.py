@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vit_course import CONFIGS, ViT, convert_timm_state_dict, layer_attentions
+from vit_course import CONFIGS, ViT, convert_timm_state_dict, count_parameters, layer_attentions
 
 from .timm_shim import import_timm
 
@@ -46,10 +46,28 @@ def test_small_config_logits_and_attention_match_timm(image_size, patch_size, in
     ours.load_state_dict(convert_timm_state_dict(ref.state_dict()))
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
     x = torch.randn(3, in_chans, *size)
+    weights = []  # timm's own attention weights: its explicit path, caught where they enter attn_drop
+    for block in ref.blocks:
+        block.attn.fused_attn = False
+        block.attn.attn_drop.register_forward_hook(lambda module, inputs, output: weights.append(output))
     with torch.no_grad():
         expected = ref(x)
         assert torch.allclose(ours(x), expected, atol=1e-5, rtol=1e-5)
-        assert len(layer_attentions(ours, x)) == len(ref.blocks)  # the weights come block by block
+        ours_weights = layer_attentions(ours, x)  # L x (b, h, n, n), block by block
+    assert len(ours_weights) == len(weights) == len(ref.blocks)
+    for ours_w, timm_w in zip(ours_weights, weights, strict=True):
+        assert torch.allclose(ours_w, timm_w, atol=1e-6), (ours_w - timm_w).abs().max()
+
+
+@pytest.mark.parametrize("name, timm_name", [
+    ("ViT-Ti/16", "vit_tiny_patch16_224"), ("ViT-S/16", "vit_small_patch16_224"), ("ViT-B/16", "vit_base_patch16_224"),
+    ("ViT-L/16", "vit_large_patch16_224"), ("ViT-H/14", "vit_huge_patch14_224")])
+def test_every_config_has_timms_parameter_count(name, timm_name):
+    with torch.device("meta"):  # shapes only: no memory, no initialisation time
+        ref = timm.create_model(timm_name, pretrained=False, num_classes=1000)  # timm's ViT-H defaults to no head
+        ours = ViT(**CONFIGS[name])
+    count = sum(p.numel() for p in ref.parameters())
+    assert sum(p.numel() for p in ours.parameters()) == count_parameters(**CONFIGS[name]) == count
 
 
 def test_unsupported_timm_weights_are_refused():

@@ -408,3 +408,19 @@ def test_epochs_none_trains_until_the_budget_is_used(mnist):
 def test_an_unknown_pretrained_name_lists_the_shipped_ones():
     with pytest.raises(ValueError, match=r"'imagenet'.*mnist, cifar10, cifar10-plain"):
         ckpt.load_pretrained("imagenet")
+
+
+def test_train_step_with_a_grad_scaler_takes_the_same_step():
+    """float16 training scales the loss up and the gradients back down (GradScaler): in float32 that is the same
+    step as without it, and the scaler's scale is where the step left it."""
+    steps = []
+    for scaler in (None, torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)):
+        torch.manual_seed(0)
+        model = ViT(**TINY)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)  # its step is the gradient's size: scale shows
+        x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+        loss = train_step(model, x, y, optimizer, 0.1, scaler)
+        steps.append((loss, [p.detach().clone() for p in model.parameters()]))
+    (loss, plain), (scaled_loss, scaled) = steps
+    assert scaled_loss == pytest.approx(loss)  # the unscaled loss is returned
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain, scaled, strict=True))
