@@ -47,6 +47,8 @@ def test_sdpa_query_that_may_attend_nowhere_gets_zeros_as_in_torch():
 def test_sdpa_bad_input():
     with pytest.raises(ValueError, match="8.*6|same last dimension"):
         scaled_dot_product_attention(torch.randn(3, 8), torch.randn(4, 6), torch.randn(4, 2))
+    with pytest.raises(ValueError, match=r"same number of tokens, got k \(4, 8\) and v \(5, 2\)"):
+        scaled_dot_product_attention(torch.randn(3, 8), torch.randn(4, 8), torch.randn(5, 2))
     with pytest.raises(ValueError, match="boolean"):
         scaled_dot_product_attention(torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 2), torch.ones(3, 4))
 

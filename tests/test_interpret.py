@@ -224,6 +224,8 @@ def test_embedding_filters_recover_planted_components():
 def test_embedding_filters_accept_conv_weights_and_fix_the_sign():
     torch.manual_seed(0)
     weight = torch.randn(32, 4 * 4 * 3)
+    with pytest.raises(ValueError, match="k must be at least 1, got 0"):
+        embedding_filters(weight, 4, 3, k=0)
     filters, _ = embedding_filters(weight, 4, 3, k=5)
     conv = weight.reshape(32, 4, 4, 3).permute(0, 3, 1, 2)  # (D, C, P, P) in timm's layout
     torch.testing.assert_close(embedding_filters(conv, 4, 3, k=5)[0], filters)

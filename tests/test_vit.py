@@ -113,6 +113,8 @@ def test_bad_input_names_the_numbers():
         model(torch.zeros(2, 3, 16, 16))
     with pytest.raises(ValueError, match="pool"):
         ViT(**{**SMALL, "pool": "max"})
+    with pytest.raises(ValueError, match='pool="cls" needs a class token'):
+        ViT(**{**SMALL, "pool": "cls", "class_token": False})
 
 
 def test_sincos_position_embedding_is_fixed():
