@@ -59,3 +59,11 @@ def test_readme_results_table_is_written_from_the_metrics(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(changed)
     assert results.main(["--check", "--readme", str(readme)]) == 1
+
+
+def test_every_variant_row_of_the_seeds_table_has_its_description():
+    from tools.results import seed_rows, variant_notes
+
+    variant_rows = [row[0] for row in seed_rows() if "," in row[0]]  # "RECIPE, VARIANT"
+    notes = dict(variant_notes())
+    assert sorted(notes) == sorted(variant_rows) and all(len(text) > 20 for text in notes.values())

@@ -145,6 +145,14 @@ def seed_rows(results=BENCHMARKS):
     return rows
 
 
+def variant_notes(results=BENCHMARKS):
+    """[(row label, description)] of the seeds table's rows that are not a recipe as it stands (``seed_rows``)."""
+    path = Path(results) / "targets.json"
+    variants = json.loads(path.read_text())["variants"] if path.is_file() else []
+    return [(f"{v['recipe']}, {v['name']}", v["description"]) for v in sorted(variants, key=lambda v: (v["recipe"],
+            v["name"])) if v["name"] != v["recipe"]]
+
+
 def seeds_table(results=BENCHMARKS):
     """The README's table of seed runs (markdown lines), or a line saying there are none yet."""
     rows = seed_rows(results)

@@ -24,6 +24,7 @@ from tools.results import (  # noqa: F401
     format_seconds,
     read_metrics,
     seed_rows,
+    variant_notes,
 )
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,12 @@ class ResultsTable(SphinxDirective):
             caption = nodes.paragraph(text="Each time-budgeted recipe run with several seeds, one after another "
                                            "(python benchmarks/targets.py NAME --runs 3 --record):")
             out += [caption, make_table(SEEDS_HEADER, seeds, widths=[8, 8, 12, 6, 24, 10, 12, 20])]
+            notes = nodes.bullet_list()  # what each row that is not a recipe as it stands was
+            for label, description in variant_notes():
+                item = nodes.paragraph()
+                item += [nodes.literal(text=label), nodes.Text(f": {description}")]
+                notes += nodes.list_item("", item)
+            out += [nodes.paragraph(text="The rows named RECIPE, VARIANT:"), notes] if len(notes) else []
         for run, label in RUNS:
             curves = checkpoints / run / "curves.png"
             if curves.is_file():
