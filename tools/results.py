@@ -122,9 +122,8 @@ def seed_rows(results=BENCHMARKS):
     row says 'RECIPE, NAME' and comes after the recipe's own. A single seed has no spread to show, so its row gives
     only its accuracy.
     """
-    rows, path = [], Path(results) / "targets.json"
-    variants = json.loads(path.read_text())["variants"] if path.is_file() else []
-    for r in sorted(variants, key=lambda v: (v["recipe"], v["name"] != v["recipe"], v["name"])):
+    rows = []
+    for r in _variants(results):
         runs, target = r["runs"], r["target"]
         spread = len(runs) > 1  # a single seed has none: its accuracy and epochs alone
         epochs = sorted(run["epochs"] for run in runs)
@@ -145,12 +144,16 @@ def seed_rows(results=BENCHMARKS):
     return rows
 
 
-def variant_notes(results=BENCHMARKS):
-    """[(row label, description)] of the seeds table's rows that are not a recipe as it stands (``seed_rows``)."""
+def _variants(results=BENCHMARKS):
+    """The variants of ``targets.json`` in the seeds table's order: by recipe, the recipe as it stands first."""
     path = Path(results) / "targets.json"
     variants = json.loads(path.read_text())["variants"] if path.is_file() else []
-    return [(f"{v['recipe']}, {v['name']}", v["description"]) for v in sorted(variants, key=lambda v: (v["recipe"],
-            v["name"])) if v["name"] != v["recipe"]]
+    return sorted(variants, key=lambda v: (v["recipe"], v["name"] != v["recipe"], v["name"]))
+
+
+def variant_notes(results=BENCHMARKS):
+    """[(row label, description)] of the seeds table's rows that are not a recipe as it stands (``seed_rows``)."""
+    return [(f"{v['recipe']}, {v['name']}", v["description"]) for v in _variants(results) if v["name"] != v["recipe"]]
 
 
 def seeds_table(results=BENCHMARKS):

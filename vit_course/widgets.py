@@ -74,10 +74,7 @@ def attention_view(model, images, labels, class_names, index=0, layer=-1, head=N
     attention in ``layer`` (``head``, or the mean of the heads for None) or the rollout through
     ``layer`` (negative layers count from the end, as in Python). Returns the Figure."""
     logits, attentions = run_model(model, normalize(images[index:index + 1], mean, std))
-    depth = len(attentions)
-    if not -depth <= layer < depth:
-        raise ValueError(f"layer {layer} does not exist: the model has layers 0..{depth - 1} (or -{depth}..-1)")
-    layer = layer % depth  # a negative layer counts from the end
+    layer = layer + len(attentions) if layer < 0 else layer  # a negative layer counts from the end; _heat checks it
     heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode, model.pool)
     label = None if labels is None else labels[index]
     return _attention_figure(images[index], heat, _caption(logits[0], label, class_names), _describe(layer, head, mode))
