@@ -25,9 +25,10 @@ def test_environment_yml_matches_pyproject():
     wanted = {requirement_name(s): s.replace(" ", "") for s in specs}
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    got = {requirement_name(s): s.replace(" ", "") for s in pip if not s.startswith("-e")}
+    got = {requirement_name(s): s.replace(" ", "") for s in pip if not s.startswith("-")}
     assert got == wanted, "environment.yml's pip list must equal pyproject's dependencies + dev and lab extras"
     assert "-e ." in pip, "environment.yml must install the package itself"
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip, "Binder needs the CPU torch, not CUDA's"
     python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
     assert python.startswith("python=3.1")
 
