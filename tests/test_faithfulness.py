@@ -94,6 +94,13 @@ def test_delete_patches_zeroes_the_top_ranked_patches_only():
         delete_patches(images, ranking, 1.5, 4)
 
 
+def test_delete_patches_builds_its_mask_beside_the_images():
+    """Images on the model's device and a ranking left on the CPU (as attention_rankings returns it); the meta
+    device stands in for a GPU: a mask built on the ranking's device fails to multiply."""
+    out = delete_patches(torch.empty(2, 3, 8, 8, device="meta"), torch.randn(2, 4), 0.5, 4)
+    assert out.device.type == "meta" and out.shape == (2, 3, 8, 8)
+
+
 def test_centre_ranking_puts_the_rings_around_the_centre_first():
     ranking = centre_ranking(5, (8, 8), torch.Generator().manual_seed(4))  # (5, 64)
     assert ranking.shape == (5, 64)

@@ -36,8 +36,8 @@ def delete_patches(images, ranking, fraction, patch_size):
     if not 0 <= fraction <= 1:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
     count = round(fraction * gh * gw)
-    keep = torch.ones_like(ranking, dtype=images.dtype)  # (b, N)
-    keep.scatter_(1, ranking.topk(count, dim=1).indices, 0.0)  # 0 for the `count` highest-ranked patches
+    keep = torch.ones(ranking.shape, dtype=images.dtype, device=images.device)  # (b, N), beside the images
+    keep.scatter_(1, ranking.topk(count, dim=1).indices.to(images.device), 0.0)  # 0: the `count` highest-ranked patches
     mask = rearrange(keep, "b (h w) -> b 1 h w", h=gh).repeat_interleave(patch_size, -2)  # (b, 1, H, W/P)
     return images * mask.repeat_interleave(patch_size, -1)  # (b, C, H, W)
 
