@@ -74,3 +74,24 @@ def test_unsupported_timm_weights_are_refused():
     ref = timm_vit(img_size=32, patch_size=4, num_classes=10, embed_dim=32, depth=1, num_heads=2, global_pool="avg")
     with pytest.raises(ValueError, match="fc_norm"):
         convert_timm_state_dict(ref.state_dict())
+
+
+@pytest.mark.parametrize("old_grid, new_grid, prefix, dtype", [
+    ((4, 4), (8, 8), 1, torch.float32),  # chapter 09's 16 px -> 32 px
+    ((14, 14), (24, 24), 1, torch.float32),  # the ViT paper's 224 -> 384 px at patch 16
+    ((8, 8), (5, 5), 1, torch.float32),  # down, where antialiasing matters
+    ((3, 4), (6, 2), 2, torch.float32),  # non-square, two prefix tokens (class and distillation, as in DeiT)
+    ((4, 4), (7, 7), 0, torch.bfloat16),  # no prefix (mean pooling), the table's own dtype kept
+])
+def test_resample_position_embeddings_matches_timm(old_grid, new_grid, prefix, dtype):
+    """Chapter 09's exercise against timm's resample_abs_pos_embed (bicubic, antialias, the default ViT path)."""
+    from timm.layers import resample_abs_pos_embed
+
+    from vit_course import resample_position_embeddings
+
+    torch.manual_seed(0)
+    table = torch.randn(1, prefix + old_grid[0] * old_grid[1], 16).to(dtype)
+    ours = resample_position_embeddings(table, new_grid, num_prefix_tokens=prefix, old_grid=old_grid)
+    theirs = resample_abs_pos_embed(table, list(new_grid), list(old_grid), num_prefix_tokens=prefix)
+    assert ours.dtype == theirs.dtype == dtype
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
