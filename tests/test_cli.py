@@ -174,3 +174,14 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path):
         check_resumable(path, RECIPES["cifar10-plain"]["model"], {"recipe": "cifar10-plain", "settings": settings})
     with pytest.raises(ValueError, match=r"settings differ.*'seed': 0.*'seed': 1"):
         check_resumable(path, config, {"recipe": "mnist", "settings": {**settings, "seed": 1}})
+
+
+def test_train_help_says_what_every_recipe_is_for(capsys):
+    from vit_course.__main__ import ROLES
+    from vit_course.recipes import RECIPES
+
+    assert set(ROLES) == set(RECIPES), "a recipe without a line in `train --help`, or a line without a recipe"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert all(f"{name}: " in out and ROLES[name] in out for name in RECIPES)

@@ -9,13 +9,20 @@ import time
 from . import IMPORTED_AT
 
 
+ROLES = {  # what each recipe is for, in `train --help`
+    "mnist": "chapter 06", "cifar10": "chapter 07", "cifar10-plain": "chapter 08's model",
+    "cifar10-plain-basic": "chapter 08's contrast", "cifar10-gpu": "chapter 07 on a GPU; the course has not run it",
+    "cifar10-plain-mixup": "chapter 08's control: Mixup instead of CutMix",
+}
+
+
 def build_parser():
     from .recipes import RECIPES
 
     parser = argparse.ArgumentParser(prog="python -m vit_course", description="Vision Transformers from scratch")
     commands = parser.add_subparsers(dest="command", required=True)
     lengths = [f"  {name}: " + (f"{r['time_budget']:.0f} s, as many epochs as fit" if r["time_budget"] else
-                                f"{r['train']['epochs']} epochs") for name, r in RECIPES.items()]
+                                f"{r['train']['epochs']} epochs") + f" ({ROLES[name]})" for name, r in RECIPES.items()]
     train = commands.add_parser("train", help="train a ViT with a recipe (mnist, cifar10: the chapters' CPU ones)",
                                 description="Train a ViT with a recipe (vit_course/recipes.py) and write "
                                             "OUT/model.pt, OUT/metrics.json and OUT/curves.png.",
