@@ -8,7 +8,6 @@ import time
 
 from . import IMPORTED_AT
 
-
 ROLES = {  # what each recipe is for, in `train --help`
     "mnist": "chapter 06", "cifar10": "chapter 07", "cifar10-plain": "chapter 08's model",
     "cifar10-plain-basic": "chapter 08's contrast", "cifar10-gpu": "chapter 07 on a GPU; the course has not run it",
