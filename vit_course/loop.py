@@ -29,7 +29,9 @@ class TrainConfig:
     epochs: passes over the training set; None: as many as ``time_budget`` holds
     lr, min_lr: the learning rate at the end of the warmup, and where the cosine ends
     weight_decay: AdamW's, on weight matrices only (``train.param_groups``)
-    warmup_epochs: of linear warmup (may be fractional); label_smoothing: the loss's epsilon
+    warmup_epochs: of linear warmup (may be fractional); a run of no more epochs ends still warming up, never
+        decayed (under a time budget, whose steps are not known ahead, the warmup is cut to half the run instead)
+    label_smoothing: the loss's epsilon
     amp: mixed precision (see ``precision``): "auto", "bf16", "fp16" or "off"
     test_flips: the last evaluation also averages each test image with its mirror (``train.evaluate_flips``)
     time_budget: seconds for the training and its final evaluation (None: no limit)
