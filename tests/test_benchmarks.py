@@ -334,13 +334,29 @@ def test_flip_tta_refuses_a_model_that_is_not_cifar10s(tmp_path):
 @needs_data
 def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
     torch.manual_seed(0)
-    save_checkpoint(tmp_path / "model.pt", ViT(**RECIPES["cifar10"]["model"]), metrics={"epochs": 0, "seed": 0},
-                    recipe="cifar10")
+    model = ViT(**RECIPES["cifar10"]["model"])
+    with torch.no_grad():  # spread the weights: a fresh model gives every image, and its mirror, the same class
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    save_checkpoint(tmp_path / "model.pt", model, metrics={"epochs": 0, "seed": 0}, recipe="cifar10")
     runs = benchmark("flip_tta").main([str(tmp_path / "model.pt"), "--subset", "256", "--record", "--results",
                                        str(tmp_path)])
     stored = json.loads((tmp_path / "flip_tta.json").read_text())
     assert stored["runs"] == runs and runs[0]["recipe"] == "cifar10" and runs[0]["machine"]["cores"] > 0
-    assert 0 <= runs[0]["test_accuracy"] <= 1 and 0 <= runs[0]["flip_accuracy"] <= 1
+    # both accuracies computed here without evaluate_flips: each image as it is, and the two views' mean probabilities
+    from vit_course.batches import loaders
+    from vit_course.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(tmp_path / "model.pt")
+    _, test = loaders("cifar10", 256, augment=False)
+    test.images, test.labels = test.images[:256], test.labels[:256]
+    (images, labels), = list(test)  # one batch of 256, normalised as the loader does
+    with torch.no_grad():
+        probs = model.eval()(images).softmax(-1)
+        both = (probs + model(images.flip(-1)).softmax(-1)) / 2
+    assert runs[0]["test_accuracy"] != runs[0]["flip_accuracy"]  # else a swap of the two would pass
+    assert runs[0]["test_accuracy"] == pytest.approx((probs.argmax(-1) == labels).float().mean().item())
+    assert runs[0]["flip_accuracy"] == pytest.approx((both.argmax(-1) == labels).float().mean().item())
 
 
 def readme_table_names(text):
