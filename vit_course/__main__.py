@@ -21,7 +21,8 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="python -m vit_course", description="Vision Transformers from scratch")
     commands = parser.add_subparsers(dest="command", required=True)
     lengths = [f"  {name}: " + (f"{r['time_budget']:.0f} s, as many epochs as fit" if r["time_budget"] else
-                                f"{r['train']['epochs']} epochs") + f" ({ROLES[name]})" for name, r in RECIPES.items()]
+                                f"{r['train']['epochs']} epochs") + (f" ({ROLES[name]})" if name in ROLES else "")
+               for name, r in RECIPES.items()]
     train = commands.add_parser("train", help="train a ViT with a recipe (mnist, cifar10: the chapters' CPU ones)",
                                 description="Train a ViT with a recipe (vit_course/recipes.py) and write "
                                             "OUT/model.pt, OUT/metrics.json and OUT/curves.png.",
