@@ -171,6 +171,14 @@ def test_attention_distances_of_a_hybrid_model_count_stem_pixels():
     torch.testing.assert_close(attention_distances(model, images)[0], expected)
 
 
+def test_attention_distances_refuse_an_empty_batch():
+    model = ViT(image_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=1, num_heads=2)
+    with pytest.raises(ValueError, match=r"non-empty batch \(b, C, H, W\), got shape \(0, 3, 8, 8\)"):
+        attention_distances(model, torch.zeros(0, 3, 8, 8))
+    with pytest.raises(ValueError, match=r"of at least one image, got shape \(0, 2, 5, 5\)"):
+        mean_attention_distance(torch.zeros(0, 2, 5, 5), 2, 4)  # else the mean of nothing: NaN per head
+
+
 # ---- position-embedding similarity ----
 
 def test_position_similarity_is_one_on_the_diagonal_and_symmetric():

@@ -14,8 +14,9 @@ from .train import eval_mode
 
 
 def check_attention(attention, name="attention"):
-    if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2]:
-        raise ValueError(f"{name} must be (batch, heads, n, n) weights, got shape {tuple(attention.shape)}")
+    if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2] or attention.shape[0] == 0:
+        raise ValueError(f"{name} must be (batch, heads, n, n) weights of at least one image, got shape "
+                         f"{tuple(attention.shape)}")
 
 
 def num_prefix(n, grid_size):
