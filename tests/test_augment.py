@@ -1,5 +1,7 @@
 """RandAugment, CutMix and Mixup (vit_course.augment): batched, seeded, labels mixed as the pixels are."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -35,6 +37,19 @@ def test_every_op_acts_at_magnitude_9_and_is_the_identity_at_0(name):
     weak = op(name, x, 0.0, torch.Generator().manual_seed(0))
     assert (strong - x).abs().mean() > 0.02, name
     assert torch.allclose(weak, x, atol=1e-5), name
+
+
+def test_auto_contrast_stretches_each_channel_of_each_image_and_keeps_a_flat_one():
+    x = images(4).float() / 255 * torch.tensor([0.5, 0.3, 0.8]).view(3, 1, 1) + 0.1  # each channel a range of its own
+    x[1] = 0.4  # a constant image
+    x[2, 1] = 0.9  # a constant channel
+    expected = x.clone()
+    for i, c in itertools.product(range(4), range(3)):
+        low, high = x[i, c].min(), x[i, c].max()
+        if high > low:
+            expected[i, c] = (x[i, c] - low) / (high - low)
+    for m in (0.0, 0.9):  # the op has no strength
+        torch.testing.assert_close(_colour_op("auto_contrast", x, m, torch.Generator().manual_seed(0)), expected)
 
 
 def test_geometric_ops_fill_with_grey_and_move_pixels():

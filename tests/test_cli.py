@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import time
 import types
 
 import pytest
@@ -130,6 +131,23 @@ def test_the_budget_recipes_fill_their_budget_and_refuse_to_run_without_one():
         assert RECIPES[name]["train"]["epochs"] is None and RECIPES[name]["time_budget"] > 0
         with pytest.raises(ValueError, match=r"--time-budget 0\) give the epochs"):
             recipes.train_recipe(name, time_budget=0, device="cpu", progress=False)
+
+
+def test_train_recipe_names_an_unknown_recipe_and_the_known_ones():
+    from vit_course import recipes
+
+    with pytest.raises(ValueError, match=f"unknown recipe 'imagenet'; choose one of {', '.join(RECIPES)}$"):
+        recipes.train_recipe("imagenet", progress=False)
+
+
+def test_a_budget_used_up_before_training_starts_is_refused(monkeypatch):
+    from vit_course import recipes
+
+    monkeypatch.setattr(recipes, "_recipe_loaders", lambda *args: (None, None))  # no data to load
+    long_ago = time.perf_counter() - 100  # loading took 100 s of a 60 s budget
+    with pytest.raises(ValueError, match="time budget of 60 s is used up before training starts"):
+        recipes.train_recipe("mnist", time_budget=60, started=long_ago, device="cpu", threads=torch.get_num_threads(),
+                             progress=False)
 
 
 def test_recipe_augmentation_reaches_the_loader(monkeypatch):

@@ -93,6 +93,21 @@ def test_read_mnist_wrong_counts(tmp_path):
         data.read_mnist(images_file, labels_file, count=60_000)
 
 
+def test_read_idx_and_read_mnist_refuse_a_short_header_and_wrong_shapes(tmp_path):
+    short = write_gz(tmp_path / "short.gz", idx_bytes(np.zeros((3, 28, 28), np.uint8))[:6])
+    with pytest.raises(DatasetCorrupt, match=r"short\.gz: expected a 16-byte IDX header, found 6 bytes"):
+        data.read_idx(short)
+    images_file, labels_file, *_ = mnist_pair(tmp_path, n=5)
+    small = write_gz(tmp_path / "small.gz", idx_bytes(np.zeros((5, 27, 27), np.uint8)))
+    with pytest.raises(DatasetCorrupt, match=r"small\.gz: expected images of shape \(N, 28, 28\), found \(5, 27"):
+        data.read_mnist(small, labels_file)
+    with pytest.raises(DatasetCorrupt, match=r"images-idx3-ubyte\.gz: expected a labels file, found shape \(5, 28"):
+        data.read_mnist(images_file, images_file)
+    twelve = write_gz(tmp_path / "twelve.gz", idx_bytes(np.array([0, 1, 12, 3, 4], np.uint8)))
+    with pytest.raises(DatasetCorrupt, match=r"twelve\.gz: labels must be 0..9, found 12"):
+        data.read_mnist(images_file, twelve)
+
+
 def test_read_cifar_valid_and_corrupt(tmp_path):
     payload, records = cifar_bytes(4)
     path = tmp_path / "batch.bin"
@@ -430,3 +445,15 @@ def test_device_loader_augmentation_is_seeded():
     assert torch.equal(xa0, xb0) and not torch.equal(xa0, xc0)
     assert not torch.equal(epoch_of(a)[0], xa0)  # new crops in the next epoch
     assert not torch.equal(xa0, batches.normalize(images, 0.5, 0.25))  # the augmentation ran
+
+
+def test_device_loader_rejects_bad_arguments():
+    images, labels = torch.zeros(4, 1, 2, 2, dtype=torch.uint8), torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"images must be uint8 \(N, C, H, W\), got torch.float32 \(4, 1, 2, 2\)"):
+        batches.DeviceLoader(images.float(), labels, 2, mean=0.5, std=0.25)
+    with pytest.raises(ValueError, match=r"images must be uint8 .*got torch.uint8 \(4, 2, 2\)"):
+        batches.DeviceLoader(images[:, 0], labels, 2, mean=0.5, std=0.25)
+    with pytest.raises(ValueError, match=r"4 images but labels of shape \(3,\)"):
+        batches.DeviceLoader(images, labels[:3], 2, mean=0.5, std=0.25)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        batches.DeviceLoader(images, labels, 0, mean=0.5, std=0.25)

@@ -18,6 +18,7 @@ import torch
 
 from vit_course import ViT, load_checkpoint, recipes
 from vit_course.checkpoint import save_checkpoint
+from vit_course.loop import fit
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE, LONG_RUN = "4b9291a", "cifar10-plain-mixup"  # the commit and recipe of the last long run
@@ -118,3 +119,17 @@ def test_a_run_stopped_under_the_earlier_code_resumes_to_the_same_weights(tmp_pa
         assert resumed_state["history"][key] == whole_state["history"][key], key
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_run_resumed_under_a_budget_counts_the_seconds_it_already_spent(tmp_path):
+    """The checkpoint's ``seconds`` start the resumed run's clock: a run that spent its 100 s budget before it was
+    stopped takes one more step, is evaluated and ends, instead of starting its 100 s afresh."""
+    path, batches = tmp_path / "checkpoint.pt", [(torch.randn(2, 1, 8, 8), torch.tensor([0, 1]))] * 4
+    settings = dict(lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, amp="off", progress=False)
+    model = ViT(image_size=8, patch_size=4, in_channels=1, num_classes=2, dim=8, depth=1, num_heads=2)
+    fit(model, batches, batches, epochs=1, checkpoint=path, **settings)
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, "seconds": 100.0}, path)  # as if the first epoch had taken 100 s
+    history = fit(model, batches, batches, epochs=3, time_budget=100.0, checkpoint=path, resume=True, **settings)
+    assert history["epoch"] == [1, 1.25]  # one step of epoch 2 (4 steps an epoch), then the budget was used
+    assert history["seconds"][-1] >= 100.0

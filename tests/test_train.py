@@ -288,6 +288,21 @@ def test_fit_refuses_a_checkpoint_it_cannot_write_or_resume(tmp_path):
         fit(ViT(**TINY), batches, batches, config, checkpoint=tmp_path / "model.pt", resume=True, progress=False)
 
 
+def test_fit_stops_at_a_loss_that_is_not_finite():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    nn.init.constant_(model[1].weight, float("nan"))  # every logit NaN, so the loss too
+    batches = [(torch.randn(2, 1, 2, 2), torch.tensor([0, 1]))]
+    with pytest.raises(FloatingPointError, match=r"loss became nan at step 0 \(lr 1.00e-03\)"):
+        fit(model, batches, batches, epochs=1, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0,
+            progress=False)
+
+
+def test_save_checkpoint_refuses_a_model_without_a_config(tmp_path):
+    with pytest.raises(ValueError, match="keeps its constructor's arguments in .config .*got a Linear without one"):
+        ckpt.save_checkpoint(tmp_path / "m.pt", nn.Linear(2, 2))
+    assert not (tmp_path / "m.pt").exists()
+
+
 def test_checkpoint_round_trip_weights_only(tmp_path):
     torch.manual_seed(0)
     model = ViT(**{**TINY, "stem_channels": (8,), "patch_size": 2})
@@ -410,11 +425,19 @@ def test_an_unknown_pretrained_name_lists_the_shipped_ones():
         ckpt.load_pretrained("imagenet")
 
 
+def test_a_pretrained_name_whose_file_is_missing_says_how_to_train_it(monkeypatch):
+    monkeypatch.setattr(ckpt, "PRETRAINED", (*ckpt.PRETRAINED, "mnist-big"))  # known, but no file in this copy
+    with pytest.raises(FileNotFoundError, match=r"the mnist-big model does not ship with this copy of the package "
+                                                r"\(no .*mnist-big.model\.pt\): train it with `python -m vit_course "
+                                                r"train mnist-big`"):
+        ckpt.load_pretrained("mnist-big")
+
+
 def test_train_step_with_a_grad_scaler_takes_the_same_step():
     """float16 training scales the loss up and the gradients back down (GradScaler): in float32 that is the same
     step as without it, and the scaler's scale is where the step left it."""
     steps = []
-    for scaler in (None, torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)):
+    for scaler in (None, torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=1)):
         torch.manual_seed(0)
         model = ViT(**TINY)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)  # its step is the gradient's size: scale shows
@@ -424,3 +447,22 @@ def test_train_step_with_a_grad_scaler_takes_the_same_step():
     (loss, plain), (scaled_loss, scaled) = steps
     assert scaled_loss == pytest.approx(loss)  # the unscaled loss is returned
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain, scaled, strict=True))
+    assert scaler.get_scale() == 2.0 ** 11  # a finite step: the scale grows (here after every such step)
+
+
+def test_fit_with_a_grad_scaler_skips_a_step_whose_gradients_overflow(monkeypatch):
+    """fit's float16 path (a CUDA card's; GradScaler and float16 autocast run on the CPU too): a step with an inf
+    gradient leaves the weights as they were and halves the loss scale."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    monkeypatch.setattr(vit_course.loop, "amp_settings",
+                        lambda amp, device: (torch.autocast("cpu", dtype=torch.float16), scaler))
+    torch.manual_seed(0)
+    model = ViT(**TINY)
+    before = [p.detach().clone() for p in model.parameters()]
+    model.head.weight.register_hook(lambda grad: torch.full_like(grad, math.inf))  # an overflow in every step
+    batches = [(torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3]))]
+    history = fit(model, batches, batches, epochs=2, lr=1e-3, weight_decay=0.05, warmup_epochs=0,
+                  label_smoothing=0.0, progress=False)
+    assert scaler.get_scale() == 2.0 ** 8  # halved at each of the two steps
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # no step was taken
+    assert math.isfinite(history["train_loss"][-1])  # the loss itself was fine: only the gradient overflowed
