@@ -34,3 +34,33 @@ def test_machine_records_amx_and_the_tables_show_it(monkeypatch):
         record = device.machine()
         assert record["amx"] is amx and record["bf16"] is True
         assert _where(record).endswith(", AMX") is amx, _where(record)
+
+
+def test_pick_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch):
+    import torch
+
+    cuda, mps = [True], [True]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda[0])
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps[0])
+    assert device.pick_device().type == "cuda"
+    cuda[0] = False
+    assert device.pick_device().type == "mps"
+    mps[0] = False
+    assert device.pick_device().type == "cpu"
+    assert device.pick_device("cpu").type == "cpu"  # asked for: no search
+
+
+def test_interpretability_tools_work_where_the_model_is():
+    """A model on another device than its inputs (the meta device stands in for a GPU: shapes only, and an error
+    on any tensor left on the CPU): each tool moves what it builds to where the model or its weights are."""
+    import torch
+
+    from vit_course import ViT
+    from vit_course.interpret import attention_rollout, layer_attentions, mean_attention_distance
+
+    with torch.device("meta"):
+        model = ViT(image_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2)
+    weights = layer_attentions(model, torch.zeros(3, 3, 8, 8))  # the images on the CPU
+    assert [w.device.type for w in weights] == ["meta", "meta"] and weights[0].shape == (3, 2, 5, 5)
+    assert attention_rollout(weights).device.type == "meta"
+    assert mean_attention_distance(weights[0], 2, 4).shape == (2,)
