@@ -27,6 +27,8 @@ def randomise(model):
 
 
 def test_vit_b16_matches_timm_parameter_count_and_logits():
+    """CI's stand-in for chapter 05's comparison with timm's pretrained ViT-B/16 (which needs a download): the same
+    conversion on randomised weights, so every parameter has to land in the right place."""
     ref = randomise(timm.create_model("vit_base_patch16_224", pretrained=False)).eval()
     ours = ViT(**CONFIGS["ViT-B/16"]).eval()
     assert sum(p.numel() for p in ref.parameters()) == sum(p.numel() for p in ours.parameters()) == 86_567_656

@@ -253,6 +253,7 @@ def test_mixed_precision_follows_one_plain_rule(monkeypatch):
             amp_settings(wrong, cpu)
 
 
+@needs_data
 @pytest.mark.parametrize("amp", ["auto", "bf16"])
 def test_fit_trains_every_step_in_the_precision_asked_for(monkeypatch, mnist, amp):
     autocast_seen = []
