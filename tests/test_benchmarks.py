@@ -3,7 +3,6 @@ read."""
 
 import importlib.util
 import json
-import os
 import re
 import sys
 import time
@@ -12,11 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from vit_course import ViT, save_checkpoint, sincos_position_embedding
+from tools import results
+from vit_course import ViT, recipes, save_checkpoint, sincos_position_embedding
+from vit_course.batches import loaders
+from vit_course.checkpoint import load_checkpoint, pretrained_path
 from vit_course.recipes import RECIPES
+from vit_course.results import measurement
+
+from .markers import needs_data
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 
 
 def benchmark(name):
@@ -117,7 +121,6 @@ def fake_run(name, seed, out):  # what targets.run_once returns, without trainin
 
 
 def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp_path):
-    from tools import results
 
     targets, path = benchmark("targets"), tmp_path / "targets.json"
     targets.main(["mnist", "--runs", "3", "--results", str(tmp_path)], run=fake_run)
@@ -143,7 +146,6 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
 
 
 def test_a_variant_of_a_recipe_is_stored_under_its_name_with_its_description(tmp_path):
-    from tools import results
 
     targets, path = benchmark("targets"), tmp_path / "targets.json"
     with pytest.raises(SystemExit):  # a new variant must say what it is
@@ -174,7 +176,6 @@ def test_a_variant_of_a_recipe_is_stored_under_its_name_with_its_description(tmp
 
 
 def test_every_stored_variant_names_its_recipe_and_says_what_it_is():
-    from vit_course.results import measurement
 
     variants = measurement("targets")["variants"]
     assert len({(v["recipe"], v["name"]) for v in variants}) == len(variants)
@@ -186,23 +187,17 @@ def test_every_stored_variant_names_its_recipe_and_says_what_it_is():
 @pytest.mark.parametrize("name", ["data_scaling", "finetune_resolution"])
 def test_the_chapters_read_the_committed_result_of_each_paper_experiment(name):
     """Chapters 07 and 09 read these files through results.measurement: they exist and come from the script."""
-    from vit_course.results import measurement
-
     result = measurement(name)
     assert result == json.loads((BENCHMARKS / "results" / f"{name}.json").read_text())
     assert result["machine"]["cores"] >= 1  # written by the script, which records where it ran
 
 
 def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():
-    from vit_course.results import measurement
-
     with pytest.raises(FileNotFoundError, match=r"python benchmarks/no_such\.py"):
         measurement("no_such")
 
 
 def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe_alone(tmp_path, monkeypatch):
-    from vit_course import recipes
-
     seen = []
 
     def fake_train(name, **kwargs):  # what train_recipe returns, without training; records the recipe it ran
@@ -344,8 +339,6 @@ def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
     stored = json.loads((tmp_path / "flip_tta.json").read_text())
     assert stored["runs"] == runs and runs[0]["recipe"] == "cifar10" and runs[0]["machine"]["cores"] > 0
     # both accuracies computed here without evaluate_flips: each image as it is, and the two views' mean probabilities
-    from vit_course.batches import loaders
-    from vit_course.checkpoint import load_checkpoint
 
     model, _ = load_checkpoint(tmp_path / "model.pt")
     _, test = loaders("cifar10", 256, augment=False)
@@ -371,18 +364,16 @@ def test_the_benchmarks_readme_names_every_script_and_every_result_file():
     there (a result a script would write but never has is named without backticks)."""
     named = readme_table_names((BENCHMARKS / "README.md").read_text())
     scripts = {p.name for p in BENCHMARKS.glob("*.py")}
-    results = {p.name for p in (BENCHMARKS / "results").glob("*.json")}
+    stored = {p.name for p in (BENCHMARKS / "results").glob("*.json")}
     assert scripts - named["py"] == set(), "scripts missing from benchmarks/README.md"
-    assert results - named["json"] == set(), "result files missing from benchmarks/README.md"
-    assert named["py"] - scripts == set() and named["json"] - results == set(), "the README names files not there"
+    assert stored - named["json"] == set(), "result files missing from benchmarks/README.md"
+    assert named["py"] - scripts == set() and named["json"] - stored == set(), "the README names files not there"
 
 
 @pytest.mark.parametrize("name", ["mnist", "cifar10"])
 def test_the_shipped_time_budgeted_models_meet_their_targets(name):
     """The README's promise (MNIST 99.3 % in 300 s, CIFAR-10 80 % in 1,800 s, the whole command) held by the run
     that ships: its metrics.json, against targets.py's TARGETS. Seeds and machines are targets.json's business."""
-    from vit_course.checkpoint import pretrained_path
-
     accuracy, seconds = benchmark("targets").TARGETS[name]
     shipped = json.loads((pretrained_path(name).parent / "metrics.json").read_text())
     assert shipped["test_accuracy"] >= accuracy and shipped["wall_seconds"] <= seconds, shipped

@@ -1,7 +1,6 @@
 """The command line: ``train`` writes the promised files; ``grade`` is handed on to its module."""
 
 import json
-import os
 import sys
 import time
 import types
@@ -9,13 +8,18 @@ import types
 import pytest
 import torch
 
-from vit_course.__main__ import main
+import vit_course.loop
+from vit_course import ViT, recipes
+from vit_course.__main__ import ROLES, build_parser, main
 from vit_course.batches import AUGMENT
-from vit_course.checkpoint import load_checkpoint
-from vit_course.recipes import RECIPES, full_config
+from vit_course.checkpoint import load_checkpoint, save_checkpoint
+from vit_course.loop import amp_settings
+from vit_course.recipes import RECIPES, check_resumable, full_config
+
+from .markers import needs_data
 
 
-@pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+@needs_data
 def test_train_writes_model_metrics_and_curves(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "mnist", "--epochs", "1", "--subset", "256", "--out", str(out), "--seed", "3",
@@ -35,7 +39,7 @@ def test_train_writes_model_metrics_and_curves(tmp_path, capsys):
     assert "test accuracy" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+@needs_data
 def test_the_gpu_recipe_runs_on_the_cpu_too(tmp_path):
     """The Colab recipe cannot be timed here, but it must run: one step of 256 images on the CPU (smoke)."""
     out = tmp_path / "gpu"
@@ -48,9 +52,8 @@ def test_the_gpu_recipe_runs_on_the_cpu_too(tmp_path):
     assert model.grid_size == (8, 8)  # the stem halves the 32 pixels, patches of 2 halve them again
 
 
-@pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
+@needs_data
 def test_the_cifar10_recipe_records_its_precision_and_its_prediction_with_flips(tmp_path, monkeypatch):
-    import vit_course.loop
 
     flips = vit_course.loop.evaluate_flips  # its accuracy with flips made unmistakable
     monkeypatch.setattr(vit_course.loop, "evaluate_flips",
@@ -70,7 +73,6 @@ def test_the_cifar10_recipe_records_its_precision_and_its_prediction_with_flips(
 
 
 def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):
-    from vit_course.loop import amp_settings
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     autocast, scaler = amp_settings("auto", torch.device("cuda"))
@@ -107,7 +109,6 @@ def test_bad_arguments_are_rejected(capsys):
 
 
 def test_the_recipe_choices_are_the_recipes(monkeypatch):
-    from vit_course.__main__ import build_parser
 
     for name in RECIPES:
         assert build_parser().parse_args(["train", name]).recipe == name
@@ -125,8 +126,6 @@ def test_recipes_are_complete():
 
 def test_the_budget_recipes_fill_their_budget_and_refuse_to_run_without_one():
     """mnist and cifar10 have no epoch cap (a faster machine trains longer); without a budget they need --epochs."""
-    from vit_course import recipes
-
     for name in ("mnist", "cifar10"):
         assert RECIPES[name]["train"]["epochs"] is None and RECIPES[name]["time_budget"] > 0
         with pytest.raises(ValueError, match=r"--time-budget 0\) give the epochs"):
@@ -134,15 +133,11 @@ def test_the_budget_recipes_fill_their_budget_and_refuse_to_run_without_one():
 
 
 def test_train_recipe_names_an_unknown_recipe_and_the_known_ones():
-    from vit_course import recipes
-
     with pytest.raises(ValueError, match=f"unknown recipe 'imagenet'; choose one of {', '.join(RECIPES)}$"):
         recipes.train_recipe("imagenet", progress=False)
 
 
 def test_a_budget_used_up_before_training_starts_is_refused(monkeypatch):
-    from vit_course import recipes
-
     monkeypatch.setattr(recipes, "_recipe_loaders", lambda *args: (None, None))  # no data to load
     long_ago = time.perf_counter() - 100  # loading took 100 s of a 60 s budget
     with pytest.raises(ValueError, match="time budget of 60 s is used up before training starts"):
@@ -153,8 +148,6 @@ def test_a_budget_used_up_before_training_starts_is_refused(monkeypatch):
 def test_recipe_augmentation_reaches_the_loader(monkeypatch):
     """The CPU recipes' milder augmentation reaches the loader: CIFAR-10 flips without cropping (the standard
     pads by 4, which the GPU recipe keeps), MNIST shifts by up to 1 pixel (the standard: 2)."""
-    from vit_course import recipes
-
     class Captured(Exception):
         pass
 
@@ -176,10 +169,6 @@ def test_recipe_augmentation_reaches_the_loader(monkeypatch):
 
 
 def test_resume_refuses_another_runs_checkpoint(tmp_path):
-    from vit_course import ViT
-    from vit_course.checkpoint import save_checkpoint
-    from vit_course.recipes import check_resumable
-
     path = tmp_path / "checkpoint.pt"
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
         check_resumable(path, RECIPES["mnist"]["model"], {"recipe": "mnist", "settings": {"lr": 1e-3}})
@@ -195,9 +184,6 @@ def test_resume_refuses_another_runs_checkpoint(tmp_path):
 
 
 def test_train_help_says_what_every_recipe_is_for(capsys):
-    from vit_course.__main__ import ROLES
-    from vit_course.recipes import RECIPES
-
     assert set(ROLES) == set(RECIPES), "a recipe without a line in `train --help`, or a line without a recipe"
     with pytest.raises(SystemExit):
         main(["train", "--help"])

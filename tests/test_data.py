@@ -6,7 +6,6 @@ import hashlib
 import http.client
 import http.server
 import io
-import os
 import socket
 import tarfile
 import threading
@@ -19,6 +18,8 @@ import torch.nn.functional as F
 
 from vit_course import batches, data, download
 from vit_course.data import DatasetCorrupt, DatasetNotFound
+
+from .markers import needs_data
 
 # ---------------------------------------------------------------- small files in the official formats
 
@@ -145,11 +146,9 @@ def test_load_without_download_says_what_to_do(tmp_path):
 
 # ---------------------------------------------------------------- the real data (CI sets VIT_COURSE_DATA)
 
-real = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"),
-                          reason="VIT_COURSE_DATA is not set: no real MNIST/CIFAR-10 to load (CI sets it)")
 
 
-@real
+@needs_data
 @pytest.mark.parametrize("name", ["mnist", "cifar10"])
 def test_real_data_loads(name):
     meta = data.DATASETS[name]
@@ -166,7 +165,7 @@ def test_real_data_loads(name):
         assert abs(mean - meta["mean"][c]) < 1e-4 and abs(std - meta["std"][c]) < 1e-4, (c, mean, std)
 
 
-@real
+@needs_data
 def test_real_loaders():
     train, test = batches.loaders("mnist", 1000, device="cpu")
     assert len(train) == 60 and len(test) == 10
@@ -176,7 +175,7 @@ def test_real_loaders():
 
 
 
-@real
+@needs_data
 def test_loaders_augment_choices():
     calls = []
 

@@ -1,9 +1,11 @@
 """Device, CPU threads and what the CPU is: the records beside every measurement."""
 
 import pytest
+import torch
 
 from tools.results import _where
-from vit_course import device
+from vit_course import ViT, device
+from vit_course.interpret import attention_rollout, layer_attentions, mean_attention_distance
 
 
 def test_pick_threads(monkeypatch):
@@ -37,8 +39,6 @@ def test_machine_records_amx_and_the_tables_show_it(monkeypatch):
 
 
 def test_pick_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch):
-    import torch
-
     cuda, mps = [True], [True]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda[0])
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps[0])
@@ -53,11 +53,6 @@ def test_pick_device_prefers_cuda_then_mps_then_the_cpu(monkeypatch):
 def test_interpretability_tools_work_where_the_model_is():
     """A model on another device than its inputs (the meta device stands in for a GPU: shapes only, and an error
     on any tensor left on the CPU): each tool moves what it builds to where the model or its weights are."""
-    import torch
-
-    from vit_course import ViT
-    from vit_course.interpret import attention_rollout, layer_attentions, mean_attention_distance
-
     with torch.device("meta"):
         model = ViT(image_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2)
     weights = layer_attentions(model, torch.zeros(3, 3, 8, 8))  # the images on the CPU

@@ -20,9 +20,10 @@ from vit_course import ViT, load_checkpoint, recipes
 from vit_course.checkpoint import save_checkpoint
 from vit_course.loop import fit
 
+from .markers import needs_data
+
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE, LONG_RUN = "4b9291a", "cifar10-plain-mixup"  # the commit and recipe of the last long run
-needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 
 # run_info["settings"] as f793782's and BEFORE's train_recipe stored them in every checkpoint, written out by hand
 SETTINGS_BEFORE = {

@@ -2,7 +2,6 @@
 
 import dataclasses
 import math
-import os
 
 import pytest
 import torch
@@ -18,9 +17,10 @@ from vit_course.loop import Budget, TrainConfig, amp_settings, fit, learning_rat
 from vit_course.recipes import RECIPES, full_config
 from vit_course.train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
+from .markers import needs_data
+
 TINY = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=32, depth=1, num_heads=2,
             mlp_ratio=2.0, pool="mean", pos_embed="sincos")
-needs_data = pytest.mark.skipif(not os.environ.get("VIT_COURSE_DATA"), reason="VIT_COURSE_DATA is not set")
 
 
 @pytest.fixture(scope="module")
