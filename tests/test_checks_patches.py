@@ -2,6 +2,8 @@
 add_class_token_and_position) catch the usual mistakes and accept correct variants.
 """
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -170,8 +172,14 @@ def unpatchify_no_check(patches, p, size):
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
 
 
+def unpatchify_square_guess(patches, p, size):
+    """Ignores image_size: a grid of isqrt(N) rows, right for square images only."""
+    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
+
+
 @pytest.mark.parametrize("impl, hint", [
     (lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1]), "height and width are swapped"),
+    (unpatchify_square_guess, "or the grid was guessed from the number of patches"),
     (unpatchify_no_check, r"cannot be cut into 4x4 patches \(10 is not divisible by 4\): expected a ValueError, your "
                           r"code raised EinopsError"),
 ])

@@ -21,7 +21,7 @@ def given(image_size, in_channels, stem_channels):
     return stem, channels, height, width
 
 
-def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=None):
+def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=None, final_norm=True, patch_bias=True):
     def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
                          pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
                          stem_channels=None, **_):
@@ -34,8 +34,9 @@ def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=Non
         n = (height // patch_size) ** 2 if stem_slip == "square" else (height // patch_size) * (width // patch_size)
         block = (4 * dim * dim + 2 * dim * hidden + biases * (2 * dim + qkv_bias * 3 * dim + hidden) + norms * 4 * dim
                  + 2 * dim * bool(init_values))
-        return (stem + patch_size ** 2 * channels * dim + biases * dim + k * dim
-                + (n + k) * dim * (pos_embed == "learned") + depth * block + norms * 2 * dim + dim * num_classes
+        return (stem + patch_size ** 2 * channels * dim + biases * patch_bias * dim + k * dim
+                + (n + k) * dim * (pos_embed == "learned") + depth * block + norms * final_norm * 2 * dim
+                + dim * num_classes
                 + head_bias * num_classes)
     return count_parameters
 
@@ -61,6 +62,14 @@ def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth
 ])
 def test_count_parameters_rejects(impl, hint):
     rejects(checks.count_parameters, impl, hint)
+
+
+@pytest.mark.parametrize("impl, hint", [(count(final_norm=False), "the final LayerNorm"),
+                                        (count(patch_bias=False), "the patch projection's bias")])
+def test_count_parameters_names_every_slip_that_leaves_out_as_many(impl, hint):
+    """The final norm (2D) leaves out as much as the class token with its position row, the patch projection's
+    bias (D) as much as the class token alone: the hint names each candidate, not only the first."""
+    rejects(checks.count_parameters, impl, f"one of these(.|\\n)*{hint}")
 
 
 @pytest.mark.parametrize("impl", [ref.count_parameters, count(), count_by_layers])

@@ -83,8 +83,8 @@ def unpatchify(c, fn):
                 [(hint.replace("patchify", "unpatchify"), lambda q=patches, p=p, pat=pattern:
                   _wrong_unpatchify(q, p, (height, width), pat)) for hint, pattern in ORDERS],
                 shape_hints=[((b, height, width, ch), "this is (b, H, W, c): the channels come first, (b, c, H, W)"),
-                             ((b, ch, width, height), "height and width are swapped: image_size is (H, W), "
-                                                      "height first")])
+                             ((b, ch, width, height), "height and width are swapped, or the grid was guessed "
+                              "from the number of patches: take it from image_size, which is (H, W), height first")])
     c.phase("output")
     images = torch.randn(2, 3, 8, 12, generator=g)
     c.close(c.call(fn, ref.patchify(images, 4), 4, images.shape[-2:]), images, "image rebuilt with image_size="

@@ -85,11 +85,12 @@ def _hint(cfg, expected, got):
     hidden_wrong = cfg["depth"] * (2 * cfg["dim"] + 1) * (hidden - 4 * cfg["dim"])
     hints = _stem_mistakes(cfg) + _option_mistakes(cfg) + _mistakes(cfg) + [
         ("the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)", hidden_wrong)]
-    for text, missing in hints:
-        if missing and expected - got == missing:
-            return text
-        if missing and got - expected == missing:
-            return f"{got - expected:,.0f} too many, exactly this part (counted twice?): {text}"
+    short = [text for text, missing in hints if missing and expected - got == missing]
+    extra = [text for text, missing in hints if missing and got - expected == missing]
+    if short:  # several slips can leave out the same number (D, 2D): name them all rather than guess one
+        return short[0] if len(short) == 1 else "one of these (each leaves out that many): " + "; or ".join(short)
+    if extra:
+        return f"{got - expected:,.0f} too many, exactly this part (counted twice?): " + "; or ".join(extra)
     return None
 
 
