@@ -4,14 +4,14 @@ The candidates vary ``cifar10-plain-basic``'s network (``cifar10-plain`` is the 
 harder).
 
 ``--speed`` times one training step (batch 128, 2 threads) of each candidate config in one process, alternately
-and repeatedly, in float32 and under bfloat16 autocast, and writes benchmarks/results/plain_recipe_speed.json: how
-many epochs each candidate gets from the same hours. ``--runs`` trains each candidate for a short time budget
-(``benchmarks/ablate.py`` in a fresh process, one after another) and appends to
+and repeatedly, in float32 and under bfloat16 autocast: how many epochs each candidate gets from the same hours
+(with ``--record``, into benchmarks/results/plain_recipe_speed.json). ``--runs`` trains each candidate for a short
+time budget (``benchmarks/ablate.py`` in a fresh process, one after another); with ``--record`` it appends them to
 benchmarks/results/plain_recipe.json. Short runs favour small, fast models, and both measurements need the
 machine to themselves: another process on the cores halves a candidate's speed.
 
-    python benchmarks/plain_recipe.py --speed
-    python benchmarks/plain_recipe.py --runs --budget 390 --only width-192
+    python benchmarks/plain_recipe.py --speed --record
+    python benchmarks/plain_recipe.py --runs --budget 390 --only width-192 --record
 """
 
 import argparse
@@ -97,19 +97,22 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=390, help="seconds for each whole run")
     parser.add_argument("--only", action="append", choices=sorted(CANDIDATES), help="run only these")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", action="store_true", help="store the answer in benchmarks/results/")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="CPU threads, fixed so a brief blip at start-up cannot halve a candidate's speed")
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     if args.speed:
         result = speed(threads=args.threads)
-        write_json(RESULTS / "plain_recipe_speed.json", result)
+        if args.record:
+            write_json(RESULTS / "plain_recipe_speed.json", result)
         print(json.dumps(result["median_epoch_seconds"], indent=1))
     if args.runs:
         path = RESULTS / "plain_recipe.json"
         done = json.loads(path.read_text()) if path.is_file() else []
         done += runs(args.only or list(CANDIDATES), args.budget, args.seed, args.threads)
-        write_json(path, done)
+        if args.record:
+            write_json(path, done)
 
 
 if __name__ == "__main__":

@@ -144,3 +144,10 @@ def test_built_book_links_follow_vit_course_repo(tmp_path):
     run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q", str(book), str(book / "_build")],
                          capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode != 0 and "names no GitHub repository" in run.stderr, run.stderr
+
+
+def test_the_introductions_clone_command_names_the_notebooks_repository():
+    """book/index.md's `git clone` is the one place besides tools/notebooks.py that names the repository: a fork
+    that changes REPO_URL is told to change it too."""
+    clones = re.findall(r"git clone (\S+)", (ROOT / "book" / "index.md").read_text())
+    assert clones == [notebooks.REPO_URL], f"book/index.md clones {clones}, tools/notebooks.py has {notebooks.REPO_URL}"
