@@ -39,6 +39,50 @@ def test_every_op_acts_at_magnitude_9_and_is_the_identity_at_0(name):
     assert torch.allclose(weak, x, atol=1e-5), name
 
 
+def _luma(x):
+    """ITU-R 601 luma, written out here rather than taken from the module under test: (b, 3, H, W) -> (b, 1, H, W)."""
+    return (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+
+
+def _per_image_factor(out, x, reference):
+    """The f with out = reference + f (x - reference), image by image (b,), and whether it fits every pixel."""
+    f = ((out - reference) * (x - reference)).flatten(1).sum(1) / ((x - reference) ** 2).flatten(1).sum(1)
+    return f, torch.allclose(out, reference + f.view(-1, 1, 1, 1) * (x - reference), atol=1e-5)
+
+
+def test_each_colour_op_does_what_its_name_says():
+    """At magnitude 0.5 the blend factor is 1 - 0.45 or 1 + 0.45 per image (PIL's ImageEnhance), towards or away
+    from: black (brightness), the image's mean luma (contrast), each pixel's luma (colour)."""
+    x, m, two = images(8).float() / 255, 0.5, {0.55, 1.45}
+    op = lambda name, images=x: _colour_op(name, images, m, torch.Generator().manual_seed(0))  # noqa: E731
+    for name, reference in [("brightness", torch.zeros_like(x)), ("contrast", _luma(x).mean((1, 2, 3), keepdim=True)),
+                            ("colour", _luma(x))]:
+        f, fits = _per_image_factor(op(name), x, reference)
+        assert fits and {round(v, 4) for v in f.tolist()} == two, (name, f)
+    grey = _luma(x).expand(-1, 3, -1, -1)  # a grey image has no colour to change
+    assert torch.allclose(op("colour", grey), grey, atol=1e-6) and not torch.allclose(op("contrast", grey), grey)
+    posterized = op("posterize") * 255  # round(4 * 0.5) = 2 bits dropped: multiples of 4
+    assert torch.allclose(posterized, (posterized / 4).round() * 4, atol=1e-3) and (posterized % 4 < 1e-3).all()
+    high = (x * 255).round() >= 128  # solarize at 0.5: the values from 128 up inverted, the rest kept
+    assert high.any() and (~high).any()
+    assert torch.equal(op("solarize"), torch.where(high, 1 - x, x))
+
+
+@pytest.mark.parametrize("name, axis, m", [("shear_x", -1, 0.9), ("shear_y", -2, 0.9), ("translate_x", -1, 0.3),
+                                           ("translate_y", -2, 0.3)])  # the middle stays inside the image
+def test_geometric_ops_move_pixels_along_their_axis_only(name, axis, m):
+    """An image constant along the op's axis (rows for _x ops) keeps its middle exactly: pixels slide along the
+    axis, so each reads a value from its own row (column); the same op across the other axis changes it."""
+    ramp = torch.linspace(0.1, 0.9, 16)
+    along = ramp.view(16, 1).expand(16, 16) if axis == -1 else ramp.view(1, 16).expand(16, 16)  # constant on axis
+    across = along.T
+    middle = (slice(None), slice(None), slice(6, 10), slice(6, 10))
+    moved = _geometric_op(name, along.reshape(1, 1, 16, 16).clone(), m, torch.Generator().manual_seed(0))
+    assert torch.allclose(moved[middle], along.reshape(1, 1, 16, 16)[middle], atol=1e-5), name
+    moved = _geometric_op(name, across.reshape(1, 1, 16, 16).clone(), m, torch.Generator().manual_seed(0))
+    assert (moved[middle] - across.reshape(1, 1, 16, 16)[middle]).abs().max() > 0.01, name
+
+
 def test_auto_contrast_stretches_each_channel_of_each_image_and_keeps_a_flat_one():
     x = images(4).float() / 255 * torch.tensor([0.5, 0.3, 0.8]).view(3, 1, 1) + 0.1  # each channel a range of its own
     x[1] = 0.4  # a constant image

@@ -71,6 +71,20 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path):
         script.main(["--smoke", "--width", "32", "--out", str(out), "--work", str(work)])
 
 
+@pytest.mark.parametrize("config", [dict(patch_size=4, pool="cls"),
+                                    dict(patch_size=1, pool="mean", stem_channels=(8,))])
+def test_distance_ratios_are_one_for_uniform_attention(config):
+    """Heads whose queries and keys are zero attend uniformly: every share of uniform attention's distance is 1, in
+    the stem's pixels too (a token of the hybrid covers 1 pixel of its map, 2 x 2 of the image)."""
+    model = ViT(image_size=32, in_channels=3, num_classes=10, dim=16, depth=2, num_heads=2, **config)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight.zero_()
+            block.attn.qkv.bias.zero_()
+    ratios = benchmark("common").distance_ratios(model, torch.randn(4, 3, 32, 32))
+    torch.testing.assert_close(ratios, torch.ones(2, 2))
+
+
 def test_data_scaling_plan_times_every_model():
     per_step = benchmark("data_scaling").plan(width=16, rounds=2)
     assert set(per_step) == {"vit", "hybrid", "cnn"} and min(per_step.values()) > 0

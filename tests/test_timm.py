@@ -38,13 +38,14 @@ def test_vit_b16_matches_timm_parameter_count_and_logits():
         assert torch.allclose(ours(x), ref(x), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("image_size,patch_size,in_chans", [(32, 4, 3), ((28, 21), 7, 1)])
-def test_small_config_logits_and_attention_match_timm(image_size, patch_size, in_chans):
+@pytest.mark.parametrize("image_size,patch_size,in_chans,init_values", [
+    (32, 4, 3, None), ((28, 21), 7, 1, None), (32, 4, 3, 0.1)])  # the last with LayerScale (randomised per channel)
+def test_small_config_logits_and_attention_match_timm(image_size, patch_size, in_chans, init_values):
     kw = dict(img_size=image_size, patch_size=patch_size, in_chans=in_chans, num_classes=10, embed_dim=48,
-              depth=3, num_heads=4, mlp_ratio=2.0)
+              depth=3, num_heads=4, mlp_ratio=2.0, init_values=init_values)
     ref = randomise(timm_vit(**kw)).eval()
     ours = ViT(image_size=image_size, patch_size=patch_size, in_channels=in_chans, num_classes=10, dim=48,
-               depth=3, num_heads=4, mlp_ratio=2.0).eval()
+               depth=3, num_heads=4, mlp_ratio=2.0, init_values=init_values).eval()
     ours.load_state_dict(convert_timm_state_dict(ref.state_dict()))
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
     x = torch.randn(3, in_chans, *size)

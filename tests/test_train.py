@@ -114,6 +114,26 @@ def test_evaluate_flips_averages_the_probabilities_of_each_image_and_its_mirror(
         evaluate_flips(model, [])
 
 
+class _FirstThreeColumns(nn.Module):
+    """Logits of 3 classes read off row 0, columns 0 to 2: the mirror image shows it columns W-1 to W-3."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):  # (b, 1, 1, W) -> (b, 3)
+        return x[:, 0, 0, :3]
+
+
+def test_evaluate_flips_averages_probabilities_not_logits():
+    """With two classes the two averages always pick the same class; with three they can differ. Here the image
+    reads (4.94, -4.08, 1.03), probabilities (0.98, 0.00, 0.02), its mirror (-8.84, 5.75, 3.80), probabilities
+    (0.00, 0.88, 0.12): their mean (0.49, 0.44, 0.07) says class 0, the mean of the logits (-1.95, 0.84, 2.42)
+    class 2."""
+    x = torch.tensor([4.94, -4.08, 1.03, 3.80, 5.75, -8.84]).view(1, 1, 1, 6)
+    assert _flip_accuracies(_FirstThreeColumns(), x, torch.tensor([0])) == (1.0, 1.0)
+
+
 @needs_data
 def test_fit_with_test_flips_evaluates_the_last_epoch_with_flips_inside_its_budget(mnist):
     budget = Budget(100.0, test_batches=1, final_passes=3)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vit_course import CONFIGS, ViT, count_parameters, layer_attentions
+from vit_course import CONFIGS, ViT, count_parameters, layer_attentions, patchify, unpatchify
 
 SMALL = dict(image_size=(16, 12), patch_size=4, in_channels=3, num_classes=7, dim=24, depth=2, num_heads=3)
 
@@ -94,21 +94,39 @@ def test_gradients_reach_every_parameter():
 
 
 def test_without_positions_patch_tokens_are_permutation_equivariant():
-    """With the position embeddings zeroed, shuffling the patches shuffles the patch tokens alike."""
+    """Shuffle the patches of the image itself: with the position table zeroed, the model's patch tokens come out
+    shuffled alike (nothing else tells it where a patch sat); with a table, they do not."""
     torch.manual_seed(2)
-    model = ViT(**{**SMALL, "pool": "mean"}).eval()
-    with torch.no_grad():
-        model.pos_embed.zero_()
+    model = ViT(**{**SMALL, "pool": "mean"}).eval()  # no class token: every token is a patch
     x = torch.randn(2, 3, 16, 12)
-    tokens = model.patch_embed(x)
-    perm = torch.randperm(tokens.shape[1])
+    perm = torch.randperm(12)  # (16 / 4) x (12 / 4) patches
+    shuffled = unpatchify(patchify(x, 4)[:, perm], 4, (16, 12))  # the same patches, elsewhere in the image
 
-    def run(t):
+    def tokens(images):
+        t = model.embed(images)  # (b, 12, D), positions added
         for block in model.blocks:
             t = block(t)
         return t
 
-    assert torch.allclose(run(tokens)[:, perm], run(tokens[:, perm]), atol=1e-5)
+    with torch.no_grad():
+        assert not torch.allclose(tokens(x)[:, perm], tokens(shuffled), atol=1e-3)  # the table tells them apart
+        model.pos_embed.zero_()
+        assert torch.allclose(tokens(x)[:, perm], tokens(shuffled), atol=1e-5)
+
+
+def test_weights_start_as_timms_do():
+    """timm's initialisation (chapter 05): every Linear's weights N(0, 0.02) (truncated far out), its bias zero;
+    LayerNorms at scale 1, shift 0."""
+    torch.manual_seed(0)
+    model = ViT(**{**SMALL, "dim": 192, "num_heads": 3})
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 1 + 4 * SMALL["depth"] + 1  # patch projection, qkv, proj, fc1, fc2 per block, head
+    for m in linears:
+        assert abs(m.weight.std().item() - 0.02) < 0.002 and m.weight.abs().max() < 0.2, m
+        assert m.bias is None or not m.bias.any(), m
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * SMALL["depth"] + 1
+    assert all(bool((m.weight == 1).all() and not m.bias.any()) for m in norms)
 
 
 def test_bad_input_names_the_numbers():
