@@ -18,7 +18,7 @@ import pytest
 
 import vit_course
 from tools import notebooks
-from vit_course import files
+from vit_course import files, kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -334,12 +334,20 @@ def test_drift_comparison_ignores_docstrings_and_comments_only():
 def test_executing_drops_side_widgets_and_keeps_a_widget_result(tmp_path):
     """Progress bars (displayed widgets) would store state nobody can replay; an explorer that is the cell's
     result keeps its output, as nbval compares it."""
-    from vit_course.kernel import WIDGET, run
-
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import ipywidgets\nfrom IPython.display import display\ndisplay(ipywidgets.IntSlider())\n"
         "print('beside')\nipywidgets.Button(description='result')")])
-    (cell,) = run(nb, tmp_path).cells
-    kinds = [(o["output_type"], WIDGET in o.get("data", {})) for o in cell.outputs]
+    (cell,) = kernel.run(nb, tmp_path).cells
+    kinds = [(o["output_type"], kernel.WIDGET in o.get("data", {})) for o in cell.outputs]
     assert kinds == [("stream", False), ("execute_result", True)], kinds
     assert "result" in cell.outputs[1]["data"]["text/plain"]
+
+
+def test_merge_streams_joins_consecutive_prints_to_one_stream_only():
+    """However the kernel flushed them, consecutive prints to one stream are stored as one output; a different
+    stream or another output between them keeps them apart."""
+    out = lambda text, name="stdout": {"output_type": "stream", "name": name, "text": text}  # noqa: E731
+    image = {"output_type": "display_data", "data": {"image/png": "..."}}
+    outputs = [out("a\n"), out(["b\n", "c\n"]), out("!\n", "stderr"), out("d\n"), image, out("e\n")]
+    assert kernel.merge_streams(outputs) == [out("a\nb\nc\n"), out("!\n", "stderr"), out("d\n"), image, out("e\n")]
+    assert kernel.merge_streams([]) == []
