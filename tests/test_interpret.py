@@ -15,6 +15,7 @@ from vit_course.interpret import (
     layer_attentions,
     mean_attention_distance,
     rollout_map,
+    run_model,
 )
 
 
@@ -247,3 +248,20 @@ def test_embedding_filters_accept_conv_weights_and_fix_the_sign():
 def test_uniform_attention_distance_reference():
     from vit_course.interpret import uniform_attention_distance
     assert uniform_attention_distance((2, 3), 4) == pytest.approx(uniform_distance(2, 3, 4, 1 / 6))
+
+
+def test_run_model_batches_like_one_pass_in_eval_mode_and_restores_the_mode():
+    """Logits and attention weights gathered over batches of 3 are those of one eval-mode pass over all 7 images,
+    dropout off; the model comes back in training mode, as it went in."""
+    torch.manual_seed(0)
+    model = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2,
+                attn_drop=0.5, drop=0.5).train()
+    x = torch.randn(7, 3, 16, 16)
+    logits, weights = run_model(model, x, batch_size=3)
+    assert model.training
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(x))
+        for ours, whole in zip(weights, layer_attentions(model, x), strict=True):
+            torch.testing.assert_close(ours, whole)
+    assert len(weights) == 2 and weights[0].shape == (7, 2, 17, 17)
