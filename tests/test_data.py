@@ -456,3 +456,17 @@ def test_device_loader_rejects_bad_arguments():
         batches.DeviceLoader(images, labels[:3], 2, mean=0.5, std=0.25)
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         batches.DeviceLoader(images, labels, 0, mean=0.5, std=0.25)
+
+
+def test_normalize_refuses_pixels_in_the_wrong_units():
+    """uint8 pixels or float images in 0..1, and a mean in 0..1: a float image of 0..255 values, integer pixels
+    other than uint8 and a mean in 0..255 units would otherwise be normalised silently into nonsense."""
+    pixels = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    mean, std = data.DATASETS["cifar10"]["mean"], data.DATASETS["cifar10"]["std"]
+    torch.testing.assert_close(batches.normalize(pixels, mean, std), batches.normalize(pixels.float() / 255, mean, std))
+    with pytest.raises(ValueError, match="reach 255.0: pass the uint8 pixels, or divide by 255"):
+        batches.normalize(torch.full((1, 3, 2, 2), 255.0), mean, std)
+    with pytest.raises(TypeError, match="uint8 pixels .* or float images in 0..1, got torch.int64"):
+        batches.normalize(pixels.long(), mean, std)
+    with pytest.raises(ValueError, match=r"mean \[125.0, 123.0, 114.0\] is in 0..255 units"):
+        batches.normalize(pixels, (125.0, 123.0, 114.0), std)

@@ -59,3 +59,10 @@ def test_interpretability_tools_work_where_the_model_is():
     assert [w.device.type for w in weights] == ["meta", "meta"] and weights[0].shape == (3, 2, 5, 5)
     assert attention_rollout(weights).device.type == "meta"
     assert mean_attention_distance(weights[0], 2, 4).shape == (2,)
+
+
+def test_pick_device_refuses_cuda_where_there_is_none(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'cuda' was asked for, but torch.cuda.is_available\\(\\) is False"):
+        device.pick_device("cuda:0")
+    assert device.pick_device("meta").type == "meta"  # any other device as asked

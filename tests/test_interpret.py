@@ -265,3 +265,12 @@ def test_run_model_batches_like_one_pass_in_eval_mode_and_restores_the_mode():
         for ours, whole in zip(weights, layer_attentions(model, x), strict=True):
             torch.testing.assert_close(ours, whole)
     assert len(weights) == 2 and weights[0].shape == (7, 2, 17, 17)
+
+
+def test_attention_tools_name_a_list_of_layers_and_a_grid_that_leaves_several_class_tokens():
+    weights = random_attention(2, 2, 17)  # (2, 2, 17, 17): a class token and a 4 x 4 grid
+    with pytest.raises(TypeError, match="got a list of 3 .*attentions\\[-1\\]"):
+        attention_map([weights] * 3, 4)
+    with pytest.raises(ValueError, match="17 tokens do not fit a 3x3 patch grid: that leaves 8 class tokens"):
+        attention_map(weights, 3)  # the grid given too small
+    assert attention_map(weights, 4).shape == (2, 2, 4, 4)  # (b, heads, gh, gw)

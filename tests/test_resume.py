@@ -134,3 +134,22 @@ def test_a_run_resumed_under_a_budget_counts_the_seconds_it_already_spent(tmp_pa
     history = fit(model, batches, batches, epochs=3, time_budget=100.0, checkpoint=path, resume=True, **settings)
     assert history["epoch"] == [1, 1.25]  # one step of epoch 2 (4 steps an epoch), then the budget was used
     assert history["seconds"][-1] >= 100.0
+
+
+def test_a_damaged_or_foreign_checkpoint_is_named_as_such(tmp_path):
+    """Truncated, empty, not a checkpoint at all, a whole pickled model, a folder: each gets our message with the
+    path, not a bare EOFError or torch's advice to unpickle with weights_only=False."""
+    model = ViT(image_size=8, patch_size=4, in_channels=1, num_classes=2, dim=8, depth=1, num_heads=2)
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, model)
+    whole = good.read_bytes()
+    (tmp_path / "truncated.pt").write_bytes(whole[:len(whole) // 2])
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "page.pt").write_text("<html>not found</html>")
+    torch.save(model, tmp_path / "module.pt")
+    for name in ("truncated", "empty", "page", "module"):
+        with pytest.raises(ValueError, match=f"{name}.pt .* bytes\\) cannot be read as a checkpoint"):
+            load_checkpoint(tmp_path / f"{name}.pt")
+    with pytest.raises(IsADirectoryError, match="is a folder; a checkpoint is a file, such as .*model.pt"):
+        load_checkpoint(tmp_path)
+    assert load_checkpoint(good)[0].config == model.config

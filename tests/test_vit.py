@@ -139,6 +139,8 @@ def test_bad_input_names_the_numbers():
         model(torch.zeros(2, 1, 16, 12))
     with pytest.raises(ValueError, match="\\(2, 3, 16, 16\\)"):
         model(torch.zeros(2, 3, 16, 16))
+    with pytest.raises(TypeError, match="float images, normalised.*torch.uint8"):  # data.load's raw pixels
+        model(torch.zeros(2, 3, 16, 12, dtype=torch.uint8))
     with pytest.raises(ValueError, match="pool"):
         ViT(**{**SMALL, "pool": "max"})
     with pytest.raises(ValueError, match='pool="cls" needs a class token'):

@@ -18,7 +18,11 @@ from .device import pick_device
 
 def _as_channels(values, channels, name, device):
     """mean or std (a number, a sequence or a tensor of ``channels`` values) -> (1, channels, 1, 1) float32."""
-    values = torch.as_tensor(values, dtype=torch.float32, device=device).flatten()
+    values = torch.as_tensor(values, dtype=torch.float32).flatten()  # checked where it was given, then moved
+    if name == "mean" and (values > 1).any():
+        raise ValueError(f"mean {values.tolist()} is in 0..255 units; give it in 0..1, as the pixels are read "
+                         f"(e.g. DATASETS['cifar10']['mean'])")
+    values = values.to(device)
     if values.numel() == 1:
         values = values.expand(channels)
     if values.numel() != channels:
@@ -35,6 +39,11 @@ def normalize(images, mean=None, std=None):
     """
     if images.ndim != 4:
         raise ValueError(f"expected images of shape (batch, channels, height, width), got {tuple(images.shape)}")
+    if not (images.dtype == torch.uint8 or images.is_floating_point()):
+        raise TypeError(f"normalize takes uint8 pixels (0..255) or float images in 0..1, got {images.dtype}")
+    if images.is_floating_point() and images.numel() and images.max() > 2:
+        raise ValueError(f"normalize reads float images as 0..1, but these reach {images.max().item():.1f}: pass the "
+                         f"uint8 pixels, or divide by 255")
     peak = 255.0 if images.dtype == torch.uint8 else 1.0
     channels, device = images.shape[1], images.device
     std = _as_channels(1.0 if std is None else std, channels, "std", device)  # (1, C, 1, 1)

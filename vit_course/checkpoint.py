@@ -6,6 +6,7 @@ model is rebuilt from its config, the ``ViT`` constructor's keyword arguments th
 ``model.config``.
 """
 
+import pickle
 from importlib import resources
 from pathlib import Path
 
@@ -41,9 +42,18 @@ def save_checkpoint(path, model, *, history=None, metrics=None, optimizer=None, 
 def read_checkpoint(path, device="cpu"):
     """The checkpoint dict in ``path`` (config, model state, history, ...), checked to be one of ours."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; a checkpoint is a file, such as {path / 'model.pt'} (what "
+                                f"`python -m vit_course train` writes there)")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    checkpoint = torch.load(path, map_location=device, weights_only=True)
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except (RuntimeError, EOFError, OSError, KeyError, pickle.UnpicklingError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
+        raise ValueError(f"{path} ({path.stat().st_size:,} bytes) cannot be read as a checkpoint: truncated, or not "
+                         f"written by save_checkpoint, which stores only tensors and plain values "
+                         f"({type(error).__name__}: {first})") from error
     if not isinstance(checkpoint, dict) or "config" not in checkpoint or "model" not in checkpoint:
         raise ValueError(f"{path} is not a vit_course checkpoint (it lacks 'config' and 'model')")
     return checkpoint

@@ -16,7 +16,12 @@ def pick_device(device=None):
     Nothing in the course needs a GPU; it only runs faster on one.
     """
     if device is not None:
-        return torch.device(device)
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for, but torch.cuda.is_available() is False here (no GPU, or a "
+                             "CPU build of PyTorch; on Colab: Runtime > Change runtime type): leave the device out "
+                             "to use the best one available")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():

@@ -14,6 +14,9 @@ from .train import eval_mode
 
 
 def check_attention(attention, name="attention"):
+    if isinstance(attention, (list, tuple)):
+        raise TypeError(f"{name} must be one layer's weights (batch, heads, n, n), got a list of {len(attention)} "
+                        f"(layer_attentions returns one per layer): pass one of them, e.g. attentions[-1]")
     if attention.ndim != 4 or attention.shape[-1] != attention.shape[-2] or attention.shape[0] == 0:
         raise ValueError(f"{name} must be (batch, heads, n, n) weights of at least one image, got shape "
                          f"{tuple(attention.shape)}")
@@ -24,6 +27,9 @@ def num_prefix(n, grid_size):
     gh, gw = to_pair(grid_size)
     if n < gh * gw:
         raise ValueError(f"{n} tokens cannot hold a {gh}x{gw} patch grid ({gh * gw} patches)")
+    if n - gh * gw > 1:
+        raise ValueError(f"{n} tokens do not fit a {gh}x{gw} patch grid: that leaves {n - gh * gw} class tokens, and "
+                         f"a ViT has 0 or 1 (the model's grid is model.grid_size)")
     return n - gh * gw
 
 

@@ -210,7 +210,7 @@ def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
         raise ValueError(f"the training loader yields no batch: {len(getattr(train_loader, 'labels', ()))} images with "
                          f"batch size {getattr(train_loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
     history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
-    if checkpoint and Path(checkpoint).is_file():
+    if checkpoint and Path(checkpoint).exists():  # a folder: read_checkpoint says so
         state = read_checkpoint(checkpoint)
         if "optimizer" not in state:
             raise ValueError(f"{checkpoint} holds a finished model (no optimizer state): resume from the run's "

@@ -109,7 +109,11 @@ def check_options(pool, pos_embed, class_token, dim, num_heads):
 
 
 def check_images(images, in_channels, image_size):
-    """Raise a ValueError naming both shapes unless images is (b, in_channels, H, W) at ``image_size``."""
+    """Raise a ValueError naming both shapes unless images is (b, in_channels, H, W) at ``image_size``; a
+    TypeError for integer images (raw pixels, not yet normalised)."""
+    if not images.is_floating_point():
+        raise TypeError(f"ViT expects float images, normalised with vit_course.normalize(images, mean, std); got "
+                        f"{images.dtype} (data.load gives raw uint8 pixels)")
     expected = (in_channels, *to_pair(image_size))
     if images.ndim != 4 or tuple(images.shape[1:]) != expected:
         raise ValueError(f"ViT expects images of shape (batch, {', '.join(map(str, expected))}), "
