@@ -260,3 +260,13 @@ def test_attention_view_rejects_bad_choices():
     depth = len(model.blocks)
     with pytest.raises(ValueError, match=f"layer {depth} does not exist"):  # not wrapped round to layer 0
         widgets.attention_view(model, images, None, CLASSES, layer=depth, mode="attention")
+
+
+def test_image_plots_name_a_batch_or_channels_last():
+    image = torch.zeros(3, 8, 8)
+    for wrong, hint in [(image[None], "a batch, pass images\\[0\\]"), (image.permute(1, 2, 0), "channels last")]:
+        for draw in (lambda x: plots.plot_patch_grid(x, 4), lambda x: plots.plot_patch_sizes(x, [2, 4]),
+                     lambda x: widgets.patch_explorer(x)):
+            with pytest.raises(ValueError, match=f"one image \\(C, H, W\\) of 1 or 3 channels, got shape .*{hint}"):
+                draw(wrong)
+    plt.close(plots.plot_patch_grid(image, 4))

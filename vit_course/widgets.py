@@ -17,6 +17,7 @@ from .batches import normalize
 from .interpret import attention_map, rollout_map, run_model
 from .patches import patch_grid
 from .plots import plot_patch_grid, show_image, show_overlay
+from .plots.images import one_image
 
 MODES = ("attention", "rollout")
 
@@ -145,6 +146,7 @@ def patch_explorer(image, patch_sizes=None):
     """A patch-size slider over ``image`` (C, H, W): the grid, the token count N and the size of the
     attention matrix (N + 1)^2 update. patch_sizes: the slider's stops (default: every size from 2
     to half the image that tiles it). Returns the widget (``controls``, ``update``, ``picture``, ``text``)."""
+    one_image(image, "patch_explorer")
     size = tuple(image.shape[-2:])
     patch_sizes = valid_patch_sizes(size) if patch_sizes is None else list(patch_sizes)
     bad = [p for p in patch_sizes if p < 1 or size[0] % p or size[1] % p]

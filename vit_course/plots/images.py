@@ -38,8 +38,18 @@ def to_pixels(images):
     return (images - lo) / (hi - lo).clamp_min(1e-12)
 
 
+def one_image(image, who):
+    """Raise a ValueError naming the shape unless ``image`` is one (C, H, W) image of 1 or 3 channels."""
+    shape = tuple(image.shape)
+    if len(shape) != 3 or shape[0] not in (1, 3):
+        hint = (": a batch, pass images[0]" if len(shape) == 4 else
+                ": channels last, pass image.permute(2, 0, 1)" if len(shape) == 3 and shape[-1] in (1, 3) else "")
+        raise ValueError(f"{who} takes one image (C, H, W) of 1 or 3 channels, got shape {shape}{hint}")
+
+
 def show_image(ax, image, title=None):
     """Draw one (C, H, W) image (grey for one channel) on ``ax`` without ticks."""
+    one_image(image, "show_image")
     pixels = to_pixels(image)  # (C, H, W) in [0, 1]
     if pixels.shape[0] == 1:
         ax.imshow(pixels[0].numpy(), cmap="gray", vmin=0, vmax=1)
@@ -66,6 +76,7 @@ def show_overlay(ax, image, heat, title=None):
 def plot_patch_grid(image, patch_size, per_row=16, title=None):
     """Chapter 04: an image (C, H, W) with its P x P grid and numbered patches, and below it the patch
     sequence (row by row from the top-left), wrapped every ``per_row`` patches."""
+    one_image(image, "plot_patch_grid")
     _, height, width = image.shape
     gh, gw = patch_grid((height, width), patch_size)
     n = gh * gw
@@ -107,6 +118,7 @@ def plot_patch_grid(image, patch_size, per_row=16, title=None):
 def plot_patch_sizes(image, patch_sizes):
     """The static stand-in of the patch explorer: the same image cut with each patch size, with the
     token count N and the attention matrix's (N + 1)^2 entries in the titles."""
+    one_image(image, "plot_patch_sizes")
     fig, axes = plt.subplots(1, len(patch_sizes), figsize=(2.6 * len(patch_sizes), 3), squeeze=False,
                              layout="constrained")
     for ax, p in zip(axes[0], patch_sizes, strict=True):
