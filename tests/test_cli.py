@@ -104,6 +104,13 @@ def test_bad_arguments_are_rejected(capsys):
     with pytest.raises(SystemExit):
         main(["train", "imagenet"])
     assert "imagenet" in capsys.readouterr().err
+    for flag, value, expected in [("--epochs", "0", "must be 1 or more, got 0"), ("--threads", "-1", "must be 1 or "
+                                  "more, got -1"), ("--time-budget", "-5", "must be 0 or more, got -5"),
+                                  ("--epochs", "x", "invalid int value: 'x'")]:
+        with pytest.raises(SystemExit):  # before any data is loaded: argparse's one line
+            main(["train", "mnist", flag, value])
+        assert f"argument {flag}: {expected}" in capsys.readouterr().err
+    assert build_parser().parse_args(["train", "mnist", "--time-budget", "0"]).time_budget == 0  # 0: no budget
     with pytest.raises(SystemExit):
         main([])
 

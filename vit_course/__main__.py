@@ -15,6 +15,17 @@ ROLES = {  # what each recipe is for, in `train --help`
 }
 
 
+def at_least(kind, low):
+    """An argparse type: a number of ``kind`` no lower than ``low``, or argparse's one-line error naming it."""
+    def parse(text):
+        value = kind(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be {low} or more, got {text}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its message for a value that is not a number
+    return parse
+
+
 def build_parser():
     from .recipes import RECIPES
 
@@ -29,17 +40,18 @@ def build_parser():
                                 epilog="How long each recipe trains (the paper-style ones take hours on a CPU):\n"
                                        + "\n".join(lengths), formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("recipe", choices=list(RECIPES), help="the recipe (vit_course/recipes.py)")
-    train.add_argument("--epochs", type=int, help="epochs (default: the recipe's); a time-budgeted recipe still "
-                                                  "stops at its budget unless --time-budget 0")
+    train.add_argument("--epochs", type=at_least(int, 1), help="epochs (default: the recipe's); a time-budgeted "
+                                                         "recipe still stops at its budget unless --time-budget 0")
     train.add_argument("--out", help="output folder (default: runs/RECIPE)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best one here)")
     train.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")
-    train.add_argument("--time-budget", type=float, help="seconds for the whole command (default: the recipe's; "
-                                                         "0 = none)")
-    train.add_argument("--threads", type=int, help="CPU threads (default: one per core, 1 when the machine is busy)")
+    train.add_argument("--time-budget", type=at_least(float, 0),
+                       help="seconds for the whole command (default: the recipe's; 0 = none)")
+    train.add_argument("--threads", type=at_least(int, 1),
+                       help="CPU threads (default: one per core, 1 when the machine is busy)")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in OUT/checkpoint.pt (same recipe and settings) after its last epoch")
-    train.add_argument("--subset", type=int, help=argparse.SUPPRESS)  # tests: train/test on N images
+    train.add_argument("--subset", type=at_least(int, 1), help=argparse.SUPPRESS)  # tests: train/test on N images
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     commands.add_parser("grade", help="run a notebook and say which exercises pass (see `grade --help`)",
                         add_help=False)
