@@ -260,6 +260,15 @@ def test_attention_view_rejects_bad_choices():
     depth = len(model.blocks)
     with pytest.raises(ValueError, match=f"layer {depth} does not exist"):  # not wrapped round to layer 0
         widgets.attention_view(model, images, None, CLASSES, layer=depth, mode="attention")
+    with pytest.raises(ValueError, match=f"layer {-depth - 1} does not exist.*-{depth}..-1 from the end"):
+        widgets.attention_view(model, images, None, CLASSES, layer=-depth - 1, mode="attention")
+    with pytest.raises(IndexError, match=f"index {len(images)} is not one of the {len(images)} images"):
+        widgets.attention_view(model, images, None, CLASSES, index=len(images))
+    last = widgets.attention_view(model, images, None, CLASSES, index=-1)  # from the end, as in Python
+    same = widgets.attention_view(model, images, None, CLASSES, index=len(images) - 1)
+    shown = [[image.get_array().tolist() for ax in fig.axes for image in ax.images] for fig in (last, same)]
+    assert shown[0] == shown[1] and shown[0]
+    plt.close("all")
 
 
 def test_image_plots_name_a_batch_or_channels_last():

@@ -74,8 +74,14 @@ def attention_view(model, images, labels, class_names, index=0, layer=-1, head=N
     """The static figure of the attention explorer: image ``index`` and, over it, the class token's
     attention in ``layer`` (``head``, or the mean of the heads for None) or the rollout through
     ``layer`` (negative layers count from the end, as in Python). Returns the Figure."""
+    if not -len(images) <= index < len(images):
+        raise IndexError(f"index {index} is not one of the {len(images)} images (0 to {len(images) - 1})")
+    index = index % len(images)  # a negative index counts from the end
     logits, attentions = run_model(model, normalize(images[index:index + 1], mean, std))
-    layer = layer + len(attentions) if layer < 0 else layer  # a negative layer counts from the end; _heat checks it
+    if not -len(attentions) <= layer < len(attentions):
+        raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(attentions) - 1} (or "
+                         f"-{len(attentions)}..-1 from the end)")
+    layer = layer % len(attentions)  # a negative layer counts from the end
     heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode, model.pool)
     label = None if labels is None else labels[index]
     return _attention_figure(images[index], heat, _caption(logits[0], label, class_names), _describe(layer, head, mode))
