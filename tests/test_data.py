@@ -448,10 +448,13 @@ def test_device_loader_augmentation_is_seeded():
 
 def test_device_loader_rejects_bad_arguments():
     images, labels = torch.zeros(4, 1, 2, 2, dtype=torch.uint8), torch.zeros(4, dtype=torch.int64)
-    with pytest.raises(ValueError, match=r"images must be uint8 \(N, C, H, W\), got torch.float32 \(4, 1, 2, 2\)"):
+    with pytest.raises(ValueError, match=r"images must be a uint8 torch tensor \(N, C, H, W\), as data.load gives "
+                                         r"them; got a Tensor of torch.float32 \(4, 1, 2, 2\)"):
         batches.DeviceLoader(images.float(), labels, 2, mean=0.5, std=0.25)
-    with pytest.raises(ValueError, match=r"images must be uint8 .*got torch.uint8 \(4, 2, 2\)"):
+    with pytest.raises(ValueError, match=r"images must be a uint8 .*got a Tensor of torch.uint8 \(4, 2, 2\)"):
         batches.DeviceLoader(images[:, 0], labels, 2, mean=0.5, std=0.25)
+    with pytest.raises(ValueError, match=r"got a ndarray of uint8 \(4, 1, 2, 2\)"):  # NumPy's, not torch's
+        batches.DeviceLoader(images.numpy(), labels, 2, mean=0.5, std=0.25)
     with pytest.raises(ValueError, match=r"4 images but labels of shape \(3,\)"):
         batches.DeviceLoader(images, labels[:3], 2, mean=0.5, std=0.25)
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):

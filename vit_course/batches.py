@@ -144,8 +144,9 @@ class DeviceLoader:
 
     def __init__(self, images, labels, batch_size, *, shuffle=False, augment=None, mean, std, device=None,
                  drop_last=False, seed=0, mix=None):
-        if images.ndim != 4 or images.dtype != torch.uint8:
-            raise ValueError(f"images must be uint8 (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
+        if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.dtype != torch.uint8:
+            raise ValueError(f"images must be a uint8 torch tensor (N, C, H, W), as data.load gives them; got a "
+                             f"{type(images).__name__} of {images.dtype} {tuple(images.shape)}")
         if labels.shape != images.shape[:1]:
             raise ValueError(f"{images.shape[0]} images but labels of shape {tuple(labels.shape)}")
         if batch_size < 1:
