@@ -13,6 +13,7 @@ import textwrap
 from io import BytesIO
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -153,3 +154,15 @@ def test_a_damaged_or_foreign_checkpoint_is_named_as_such(tmp_path):
     with pytest.raises(IsADirectoryError, match="is a folder; a checkpoint is a file, such as .*model.pt"):
         load_checkpoint(tmp_path)
     assert load_checkpoint(good)[0].config == model.config
+
+
+def test_save_checkpoint_refuses_what_the_safe_loader_could_not_read_back(tmp_path):
+    """NumPy's float64 (a float subclass) or a Path would save, then fail torch.load(weights_only=True) later."""
+    model = ViT(image_size=8, patch_size=4, in_channels=1, num_classes=2, dim=8, depth=1, num_heads=2)
+    for metrics, where in [({"acc": np.float64(0.5)}, r"\['acc'\] is a numpy.float64"),
+                           ({"runs": [{"out": tmp_path}]}, r"\['runs'\]\[0\]\['out'\] is a pathlib.\w*Path")]:
+        with pytest.raises(TypeError, match=where + ".*convert it first"):
+            save_checkpoint(tmp_path / "run.pt", model, metrics=metrics)
+        assert not list(tmp_path.iterdir())  # nothing written
+    save_checkpoint(tmp_path / "run.pt", model, metrics={"acc": 0.5, "dtype": torch.float32, "steps": [1, 2]})
+    assert load_checkpoint(tmp_path / "run.pt")[1]["metrics"]["dtype"] == torch.float32

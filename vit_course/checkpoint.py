@@ -36,7 +36,23 @@ def save_checkpoint(path, model, *, history=None, metrics=None, optimizer=None, 
                   "metrics": metrics or {}, **extra}
     if optimizer is not None:
         checkpoint["optimizer"] = optimizer.state_dict()
+    _check_plain(checkpoint, "checkpoint")
     return atomic_write(path, lambda f: torch.save(checkpoint, f))
+
+
+def _check_plain(value, where):
+    """Raise a TypeError naming the first value that ``torch.load(weights_only=True)`` would refuse to read back."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+    elif not (isinstance(value, (torch.Tensor, torch.dtype, torch.device))  # NumPy's float64 is a float subclass:
+              or type(value) in (bool, int, float, str, type(None))):  # exact types, as the safe loader wants
+        raise TypeError(f"{where} is a {type(value).__module__}.{type(value).__name__}; a checkpoint holds only "
+                        f"tensors, dicts, lists, tuples, numbers, strings and None, so that it loads safely: "
+                        f"convert it first (float(x), str(path))")
 
 
 def read_checkpoint(path, device="cpu"):
