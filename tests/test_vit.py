@@ -134,6 +134,8 @@ def test_bad_input_names_the_numbers():
         ViT(**{**SMALL, "image_size": (30, 32), "patch_size": 16})
     with pytest.raises(ValueError, match="dim=24.*num_heads=5"):
         ViT(**{**SMALL, "num_heads": 5})
+    with pytest.raises(ValueError, match="dim=24 is not divisible by num_heads=0 \\(heads: 1 or more\\)"):
+        ViT(**{**SMALL, "num_heads": 0})  # was a ZeroDivisionError
     model = ViT(**SMALL)
     with pytest.raises(ValueError, match="3, 16, 12.*\\(2, 1, 16, 12\\)"):
         model(torch.zeros(2, 1, 16, 12))

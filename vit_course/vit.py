@@ -103,8 +103,8 @@ def check_options(pool, pos_embed, class_token, dim, num_heads):
     class_token = pool == "cls" if class_token is None else class_token
     if pool == "cls" and not class_token:
         raise ValueError('pool="cls" needs a class token')
-    if dim % num_heads:
-        raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
+    if num_heads < 1 or dim % num_heads:
+        raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads} (heads: 1 or more)")
     return bool(class_token)
 
 
