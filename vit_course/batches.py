@@ -41,9 +41,10 @@ def normalize(images, mean=None, std=None):
         raise ValueError(f"expected images of shape (batch, channels, height, width), got {tuple(images.shape)}")
     if not (images.dtype == torch.uint8 or images.is_floating_point()):
         raise TypeError(f"normalize takes uint8 pixels (0..255) or float images in 0..1, got {images.dtype}")
-    if images.is_floating_point() and images.numel() and images.max() > 2:
-        raise ValueError(f"normalize reads float images as 0..1, but these reach {images.max().item():.1f}: pass the "
-                         f"uint8 pixels, or divide by 255")
+    brightest = images.max().item() if images.is_floating_point() and images.numel() else 0.0
+    if brightest > 2:
+        raise ValueError(f"normalize reads float images as 0..1, but these reach {brightest:.1f}: pass the uint8 "
+                         f"pixels, or divide by 255")
     peak = 255.0 if images.dtype == torch.uint8 else 1.0
     channels, device = images.shape[1], images.device
     std = _as_channels(1.0 if std is None else std, channels, "std", device)  # (1, C, 1, 1)

@@ -32,12 +32,14 @@ def _png(fig):
 
 def _heat(attentions, grid_size, image_size, layer, head, mode, pool=None):
     """One image's map (H, W): raw class-token attention of ``head`` (None: mean of the heads) in
-    ``layer``, or the rollout through layers 0..layer. attentions: L x (1, h, n, n)."""
+    ``layer`` (negative: from the end), or the rollout through layers 0..layer. attentions: L x (1, h, n, n)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     depth, heads = len(attentions), attentions[0].shape[1]
-    if not 0 <= layer < depth:
-        raise ValueError(f"layer {layer} does not exist: the model has layers 0..{depth - 1}")
+    if not -depth <= layer < depth:
+        raise ValueError(f"layer {layer} does not exist: the model has layers 0..{depth - 1} (or -{depth}..-1 "
+                         f"from the end)")
+    layer %= depth
     if mode == "rollout":
         return rollout_map(attentions[:layer + 1], grid_size, image_size, pool=pool)[0]  # (H, W)
     if head is not None and not 0 <= head < heads:
@@ -78,11 +80,8 @@ def attention_view(model, images, labels, class_names, index=0, layer=-1, head=N
         raise IndexError(f"index {index} is not one of the {len(images)} images (0 to {len(images) - 1})")
     index = index % len(images)  # a negative index counts from the end
     logits, attentions = run_model(model, normalize(images[index:index + 1], mean, std))
-    if not -len(attentions) <= layer < len(attentions):
-        raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(attentions) - 1} (or "
-                         f"-{len(attentions)}..-1 from the end)")
-    layer = layer % len(attentions)  # a negative layer counts from the end
-    heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode, model.pool)
+    heat = _heat(attentions, model.grid_size, images.shape[-2:], layer, head, mode, model.pool)  # checks the layer
+    layer %= len(attentions)  # a negative layer counts from the end, in the subtitle too
     label = None if labels is None else labels[index]
     return _attention_figure(images[index], heat, _caption(logits[0], label, class_names), _describe(layer, head, mode))
 
