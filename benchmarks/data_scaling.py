@@ -211,6 +211,7 @@ def main(argv=None):
                 run = one_run(name, args.width, seed, images[:size], labels[:size], val, test, args.patience,
                               args.max_rounds, work, probe)
                 runs.append(run)
+                runs.sort(key=lambda r: (r["seed"], r["images"], list(MODELS).index(r["model"])))  # a stable order
                 seeds = sorted({r["seed"] for r in runs})
                 write_json(args.out, {**header, "seeds": seeds, "sizes": sorted({r["images"] for r in runs}),
                                       "runs": runs})
