@@ -17,9 +17,10 @@ each run trained until its validation accuracy stops improving and reported at i
   head's mean attention distance at its best round, as a share of uniform attention's, on the first 512 test
   images (``plain_findings.py``'s definition). A ``vit`` run finished before this was recorded is trained again.
 
-Writes benchmarks/results/data_scaling.json, one run at a time, each finished run appended at once; the run in
-progress checkpoints after every round in --work, so a stopped command resumes where it stopped. Chapter 07 draws
-it. ``--plan`` times each model's training step first (alternately) and prints the compute a seed will take.
+Writes benchmarks/results/data_scaling.json, one run at a time, each finished run added at once (the runs in seed,
+size, model order); the run in progress checkpoints after every round in --work, so a stopped command resumes where
+it stopped. Chapter 07 draws it. ``--plan`` times each model's training step first (alternately) and prints the
+compute a seed will take.
 
     python benchmarks/data_scaling.py --plan
     python benchmarks/data_scaling.py --seeds 0 1          # resumes: finished runs are skipped
