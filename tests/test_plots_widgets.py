@@ -4,6 +4,7 @@ import io
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -196,13 +197,22 @@ def test_position_similarity_axes_count_from_zero_as_the_tensor_does():
     plt.close(fig)
 
 
-def test_data_scaling_figure_puts_training_images_on_x():
-    result = {"fractions": [0.1, 1.0], "steps": 100, "models": {"vit": {"params": 10, "test_accuracy": [0.3, 0.6]},
-                                                             "cnn": {"params": 20, "test_accuracy": [0.4, 0.5]}}}
-    fig = plots.plot_data_scaling(result)
-    lines = {line.get_label().split()[0]: line for line in fig.axes[0].get_lines()}
-    assert list(lines["vit"].get_xdata()) == [5000, 50000] and list(lines["cnn"].get_ydata()) == [40.0, 50.0]
-    assert "100 steps" in fig.axes[0].get_title()
+def test_data_scaling_figure_draws_each_seed_the_mean_and_the_paired_lead():
+    runs = [{"model": model, "seed": seed, "images": images, "test_accuracy": acc, "params": 10}
+            for model, seed, images, acc in [("vit", 0, 500, 0.30), ("vit", 1, 500, 0.40), ("cnn", 1, 500, 0.60),
+                                             ("cnn", 0, 500, 0.45), ("vit", 0, 5000, 0.60), ("vit", 1, 5000, 0.62),
+                                             ("cnn", 0, 5000, 0.70), ("cnn", 1, 5000, 0.68)]]
+    fig = plots.plot_data_scaling({"runs": runs})
+    means = {line.get_label().split()[0]: line for line in fig.axes[0].get_lines() if line.get_linestyle() == "-"}
+    assert list(means["vit"].get_xdata()) == [500, 5000]
+    np.testing.assert_allclose(means["cnn"].get_ydata(), [52.5, 69.0])
+    seeds = [line for line in fig.axes[0].get_lines() if line.get_linestyle() == "None"]
+    assert sorted(y for line in seeds for y in line.get_ydata())[:2] == [30.0, 40.0]  # each run drawn
+    (lead,) = [bars for bars in fig.axes[1].containers if bars.get_label() == "cnn"]
+    line, _, (bars,) = lead.lines
+    assert list(line.get_ydata()) == pytest.approx([17.5, 8.0])  # seed by seed: (15 + 20) / 2, (10 + 6) / 2
+    bars = bars.get_segments()  # the seeds' range of the lead
+    np.testing.assert_allclose([(seg[0][1], seg[1][1]) for seg in bars], [(15, 20), (6, 10)])
     plt.close(fig)
 
 

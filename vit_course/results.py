@@ -26,6 +26,15 @@ def measurement(name):
                             f"`python benchmarks/{script}.py` writes it (benchmarks/README.md)")
 
 
+def per_seed(runs, key="test_accuracy"):
+    """``benchmarks/data_scaling.py``'s runs arranged for chapter 07: {model: {images: {seed: run[key]}}}, models
+    in the order they first appear, sizes and seeds ascending."""
+    table = {}
+    for run in sorted(runs, key=lambda run: (run["images"], run["seed"])):
+        table.setdefault(run["model"], {}).setdefault(run["images"], {})[run["seed"]] = run[key]
+    return table
+
+
 def accuracy_cell(metrics, percent="{:.2%}".format):
     """'81.56%', or for a run whose final evaluation averaged each test image with its mirror image (the cifar10
     recipe's ``test_flips``) '81.56% with test-time flips (81.08% one view)'. ``percent`` formats a fraction."""
@@ -46,4 +55,4 @@ def precision(metrics):
     return "float32" if kind == "fp32" else f"{kind} autocast"
 
 
-__all__ = ["BENCHMARKS", "accuracy_cell", "measurement", "one_view_accuracy", "precision"]
+__all__ = ["BENCHMARKS", "accuracy_cell", "measurement", "one_view_accuracy", "per_seed", "precision"]

@@ -1,8 +1,12 @@
-"""Training figures (chapters 06-07): the loss, accuracy and learning-rate curves of a run."""
+"""Training figures (chapters 06-07): the loss, accuracy and learning-rate curves of a run, and accuracy against
+the size of the training set."""
+
+from statistics import mean
 
 import matplotlib.pyplot as plt
 
 from ..files import atomic_write
+from ..results import per_seed
 
 
 def plot_curves(history, path=None, title=""):
@@ -24,21 +28,37 @@ def plot_curves(history, path=None, title=""):
     return fig
 
 
-def plot_data_scaling(result, title="test accuracy against training-set size"):
-    """Chapter 07: the ViT paper's data claim in miniature, from ``benchmarks/data_scaling.py``'s JSON.
+def plot_data_scaling(result, baseline="vit", title="test accuracy against training-set size"):
+    """Chapter 07: the ViT paper's data experiment in miniature, from ``benchmarks/data_scaling.py``'s JSON.
 
-    result: {"fractions": [...], "steps": N, "models": {name: {"params": P, "test_accuracy": [...]}}}; one line per
-    model, accuracy (%) against the number of training images (log axis), every run the same number of steps.
+    result: {"runs": [{"model", "seed", "images", "test_accuracy", "params"}, ...]}. Left: test accuracy (%)
+    against the training images (log axis), one line per model through the mean of its seeds, each seed a dot.
+    Right: each other model's lead over ``baseline`` in points, the mean of the seeds (paired by seed), the bar
+    from the smallest to the largest seed's lead.
     """
-    sizes = [round(f * 50_000) for f in result["fractions"]]
-    fig, ax = plt.subplots(figsize=(5.4, 3.4), layout="constrained")
-    for name, model in result["models"].items():
-        label = f"{name} ({model['params']:,} parameters)"
-        ax.plot(sizes, [100 * a for a in model["test_accuracy"]], "o-", label=label)
-    ax.set_xscale("log")
-    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
-    ax.minorticks_off()
-    ax.set(xlabel="training images (CIFAR-10)", ylabel="test accuracy (%)",
-           title=f"{title}\n({result['steps']:,} steps for every run)")
-    ax.legend(fontsize=8)
+    table = per_seed(result["runs"])
+    params = {run["model"]: run["params"] for run in result["runs"]}
+    fig, (ax, gap_ax) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    for i, (name, sizes) in enumerate(table.items()):
+        ax.plot(list(sizes), [100 * mean(seeds.values()) for seeds in sizes.values()], "-", color=f"C{i}",
+                label=f"{name} ({params[name]:,} parameters)")
+        for size, seeds in sizes.items():  # every seed's run
+            ax.plot([size] * len(seeds), [100 * a for a in seeds.values()], "o", color=f"C{i}", ms=4)
+        if name == baseline:
+            continue
+        leads = [[100 * (seeds[s] - table[baseline][size][s]) for s in seeds] for size, seeds in sizes.items()]
+        middle = [mean(lead) for lead in leads]
+        below = [m - min(lead) for m, lead in zip(middle, leads, strict=True)]  # error bars from the mean
+        above = [max(lead) - m for m, lead in zip(middle, leads, strict=True)]
+        gap_ax.errorbar(list(sizes), middle, yerr=[below, above], fmt="o-", color=f"C{i}", capsize=3, label=name)
+    gap_ax.axhline(0, color="0.5", lw=0.8)
+    sizes = sorted({run["images"] for run in result["runs"]})
+    for axis in (ax, gap_ax):
+        axis.set_xscale("log")
+        axis.set_xticks(sizes, [f"{s:,}" for s in sizes], fontsize=8)
+        axis.minorticks_off()
+        axis.set_xlabel("training images (CIFAR-10)")
+        axis.legend(fontsize=8)
+    ax.set(ylabel="test accuracy (%)", title=title)
+    gap_ax.set(ylabel="points", title=f"lead over {baseline} (bar: the seeds' range)")
     return fig
