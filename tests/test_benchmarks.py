@@ -57,24 +57,10 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path, monkeypatch
     script.main(["--smoke", "--seeds", "0", "--models", "vit", "cnn", "--out", str(out), "--work", str(work)])
     result = json.loads(out.read_text())
     assert result["validation_images"] == 5000 and result["seeds"] == [0] and result["sizes"] == [256, 512]
-    assert [(r["model"], r["images"]) for r in result["runs"]] == [
-        ("vit", 256),
-        ("cnn", 256),
-        ("vit", 512),
-        ("cnn", 512),
-    ]  # small sets first
-    fields = {
-        "model",
-        "seed",
-        "images",
-        "epochs",
-        "best_epoch",
-        "steps",
-        "val_accuracy",
-        "test_accuracy",
-        "seconds",
-        "params",
-    }
+    assert [(r["model"], r["images"]) for r in result["runs"]] == [("vit", 256), ("cnn", 256), ("vit", 512),
+                                                                   ("cnn", 512)]  # small sets first
+    fields = {"model", "seed", "images", "epochs", "best_epoch", "steps", "val_accuracy", "test_accuracy",
+              "seconds", "params"}
     for run in result["runs"]:
         assert fields <= set(run) and 0 <= run["test_accuracy"] <= 1 and run["params"] > 0
         assert len(run["machines"]) == 1 and run["machines"][0]["cores"] >= 1  # trained in one go, on this machine
@@ -84,11 +70,8 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path, monkeypatch
     for run in result["runs"]:  # the ViT's attention distances (chapter 08), layers x heads, shares of uniform's
         ratios = run.get("distance_ratio")
         assert (ratios is None) == (run["model"] != "vit")
-        assert ratios is None or (
-            len(ratios) == 6
-            and {len(row) for row in ratios} == {4}
-            and run["min_ratio_layers_1_2"] == min(ratios[0] + ratios[1]) > 0
-        )
+        assert ratios is None or (len(ratios) == 6 and {len(row) for row in ratios} == {4}
+                                  and run["min_ratio_layers_1_2"] == min(ratios[0] + ratios[1]) > 0)
     read_by_the_chapters(result, monkeypatch)  # what the chapters print and draw works on what the script writes
     stale = {**result, "runs": [{k: v for k, v in r.items() if k != "distance_ratio"} for r in result["runs"]]}
     out.write_text(json.dumps(stale))  # ViT runs from before the distances were recorded: trained again
@@ -97,18 +80,16 @@ def test_data_scaling_writes_the_chapters_json_and_resumes(tmp_path, monkeypatch
     assert [(r["model"], r["images"]) for r in redone] == [(r["model"], r["images"]) for r in result["runs"]]
     assert redone[1::2] == result["runs"][1::2] and all("distance_ratio" in r for r in redone[::2])
     out.write_text(json.dumps(result))
-    script.main(
-        ["--smoke", "--seeds", "0", "1", "--models", "vit", "--sizes", "256", "--out", str(out), "--work", str(work)]
-    )  # finished runs are skipped, a new seed appended
+    script.main(["--smoke", "--seeds", "0", "1", "--models", "vit", "--sizes", "256", "--out", str(out),
+                 "--work", str(work)])  # finished runs are skipped, a new seed appended
     again = json.loads(out.read_text())
     assert again["runs"][:4] == result["runs"] and [(r["model"], r["seed"]) for r in again["runs"][4:]] == [("vit", 1)]
     with pytest.raises(ValueError, match="other settings"):
         script.main(["--smoke", "--width", "32", "--out", str(out), "--work", str(work)])
 
 
-@pytest.mark.parametrize(
-    "config", [dict(patch_size=4, pool="cls"), dict(patch_size=1, pool="mean", stem_channels=(8,))]
-)
+@pytest.mark.parametrize("config", [dict(patch_size=4, pool="cls"),
+                                    dict(patch_size=1, pool="mean", stem_channels=(8,))])
 def test_distance_ratios_are_one_for_uniform_attention(config):
     """Heads whose queries and keys are zero attend uniformly: every share of uniform attention's distance is 1, in
     the stem's pixels too (a token of the hybrid covers 1 pixel of its map, 2 x 2 of the image)."""
@@ -165,16 +146,9 @@ def test_a_model_at_a_higher_resolution_keeps_its_weights_and_resamples_position
 
 
 def fake_run(name, seed, out):  # what targets.run_once returns, without training
-    return {
-        "seed": seed,
-        "test_accuracy": [0.991, 0.995, 0.993][seed],
-        "wall_seconds": 290.0 + seed,
-        "epochs": 4.5 + seed,
-        "threads": 2,
-        "thread_changes": [],
-        "load_before": 0.1,
-        "machine": {"cpu": "Some CPU", "vector_isa": "avx512"},
-    }
+    return {"seed": seed, "test_accuracy": [0.991, 0.995, 0.993][seed], "wall_seconds": 290.0 + seed,
+            "epochs": 4.5 + seed, "threads": 2, "thread_changes": [], "load_before": 0.1,
+            "machine": {"cpu": "Some CPU", "vector_isa": "avx512"}}
 
 
 def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp_path):
@@ -184,32 +158,18 @@ def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp
     assert not path.exists()  # without --record nothing is stored
     summary = targets.main(["mnist", "--runs", "3", "--record", "--results", str(tmp_path)], run=fake_run)
     (stored,) = json.loads(path.read_text())["variants"]
-    assert stored == {
-        "recipe": "mnist",
-        "name": "mnist",
-        "description": "the recipe as it stands",
-        **json.loads(json.dumps(summary)),
-    } and [r["seed"] for r in stored["runs"]] == [0, 1, 2]
+    assert stored == {"recipe": "mnist", "name": "mnist", "description": "the recipe as it stands",
+                      **json.loads(json.dumps(summary))} and [r["seed"] for r in stored["runs"]] == [0, 1, 2]
     assert stored["mean_accuracy"] == pytest.approx(0.993) and stored["std_accuracy"] == pytest.approx(0.002)
     assert stored["target"] == {"test_accuracy": 0.993, "wall_seconds": 300} and stored["max_wall_seconds"] == 292.0
-    again = targets.main(
-        ["mnist", "--seeds", "2", "--append", "--record", "--results", str(tmp_path)],
-        run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": 0.99},
-    )
+    again = targets.main(["mnist", "--seeds", "2", "--append", "--record", "--results", str(tmp_path)],
+                         run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": 0.99})
     assert [r["seed"] for r in again["runs"]] == [0, 1, 2] and again["max_accuracy"] == pytest.approx(0.995)
     assert again["runs"][2]["test_accuracy"] == 0.99 and again["runs"][:2] == stored["runs"][:2]
     targets.main(["mnist", "--runs", "3", "--record", "--results", str(tmp_path)], run=fake_run)  # as before
     (row,) = results.seed_rows(tmp_path)
-    assert row == [
-        "mnist",
-        "float32",
-        "99.3% in 300 s",
-        "3",
-        "99.30% ± 0.20% (99.10% to 99.50%)",
-        "292 s",
-        "4.50 to 6.50",
-        "Some CPU, avx512",
-    ]  # runs recorded without a precision trained in float32
+    assert row == ["mnist", "float32", "99.3% in 300 s", "3", "99.30% ± 0.20% (99.10% to 99.50%)", "292 s",
+                   "4.50 to 6.50", "Some CPU, avx512"]  # runs recorded without a precision trained in float32
     assert results.precision({"precision": "bf16"}) == "bf16 autocast"
     table = "\n".join(results.seeds_table(tmp_path))
     assert "| mnist | float32 | 99.3% in 300 s | 3 |" in table
@@ -220,36 +180,18 @@ def test_a_variant_of_a_recipe_is_stored_under_its_name_with_its_description(tmp
 
     targets, path = benchmark("targets"), tmp_path / "targets.json"
     with pytest.raises(SystemExit):  # a new variant must say what it is
-        targets.main(
-            ["mnist", "--seeds", "1", "--variant", "wider", "--record", "--results", str(tmp_path)], run=fake_run
-        )
+        targets.main(["mnist", "--seeds", "1", "--variant", "wider", "--record", "--results", str(tmp_path)],
+                     run=fake_run)
     with pytest.raises(SystemExit):  # nothing stored to add seeds to
         targets.main(["mnist", "--seeds", "1", "--append", "--record", "--results", str(tmp_path)], run=fake_run)
-    targets.main(
-        [
-            "mnist",
-            "--seeds",
-            "1",
-            "--variant",
-            "wider",
-            "--description",
-            "dim 96",
-            "--record",
-            "--results",
-            str(tmp_path),
-        ],
-        run=fake_run,
-    )
+    targets.main(["mnist", "--seeds", "1", "--variant", "wider", "--description", "dim 96", "--record",
+                  "--results", str(tmp_path)], run=fake_run)
     targets.main(["mnist", "--runs", "2", "--record", "--results", str(tmp_path)], run=fake_run)
-    targets.main(
-        ["mnist", "--seeds", "0", "--variant", "wider", "--append", "--record", "--results", str(tmp_path)],
-        run=fake_run,
-    )  # the description stays
+    targets.main(["mnist", "--seeds", "0", "--variant", "wider", "--append", "--record", "--results", str(tmp_path)],
+                 run=fake_run)  # the description stays
     variants = json.loads(path.read_text())["variants"]
     assert [(v["name"], v["description"], len(v["runs"])) for v in variants] == [
-        ("mnist", "the recipe as it stands", 2),
-        ("wider", "dim 96", 2),
-    ]  # the recipe first, then its variants
+        ("mnist", "the recipe as it stands", 2), ("wider", "dim 96", 2)]  # the recipe first, then its variants
     assert [row[0] for row in results.seed_rows(tmp_path)] == ["mnist", "mnist, wider"]
     one = tmp_path / "one"
     targets.main(["mnist", "--seeds", "1", "--record", "--results", str(one)], run=fake_run)
@@ -257,12 +199,8 @@ def test_a_variant_of_a_recipe_is_stored_under_its_name_with_its_description(tmp
     assert row[3:7] == ["1", "99.50% (one seed)", "291 s", "5.50"]
     flipped = targets.main(  # a recipe whose final evaluation averaged mirror images says so
         ["cifar10", "--runs", "2", "--record", "--results", str(tmp_path / "flips")],
-        run=lambda name, seed, out: {
-            **fake_run(name, seed, out),
-            "test_accuracy": [0.81, 0.82][seed],
-            "test_accuracy_one_view": [0.80, 0.81][seed],
-        },
-    )
+        run=lambda name, seed, out: {**fake_run(name, seed, out), "test_accuracy": [0.81, 0.82][seed],
+                                     "test_accuracy_one_view": [0.80, 0.81][seed]})
     assert flipped["mean_accuracy"] == pytest.approx(0.815)
     (row,) = results.seed_rows(tmp_path / "flips")
     assert row[4] == "81.50% ± 0.71% (81.00% to 82.00%) with test-time flips; one view 80.50% ± 0.71%"
@@ -285,6 +223,28 @@ def test_the_chapters_read_the_committed_result_of_each_paper_experiment(name):
     assert result["machine"]["cores"] >= 1  # written by the script, which records where it ran
 
 
+def test_the_committed_data_scaling_runs_cover_what_chapter_07_reads():
+    """Issue 36's design: 5,000 validation images, >= 5 sizes from <= 5,000 to >= 45,000, three models, >= 2 seeds
+    for every (model, size), and most runs early-stopped rather than cut off."""
+    result = measurement("data_scaling")
+    runs = result["runs"]
+    sizes = sorted({run["images"] for run in runs})
+    assert result["validation_images"] == 5000 and len(sizes) >= 5 and sizes[0] <= 5000 and sizes[-1] >= 45000
+    seeds = {(model, size): {run["seed"] for run in runs if (run["model"], run["images"]) == (model, size)}
+             for model in ("vit", "hybrid", "cnn") for size in sizes}
+    assert all(len(s) >= 2 for s in seeds.values()), {key: s for key, s in seeds.items() if len(s) < 2}
+    assert sum(run["epochs"] > run["best_epoch"] for run in runs) >= 0.75 * len(runs)
+
+
+def test_the_committed_resolution_runs_have_every_accuracy_time_and_the_reference():
+    result = measurement("finetune_resolution")
+    assert (result["low_resolution"], result["resolution"]) == (16, 32) and len(result["seeds"]) >= 2
+    for run in result["runs"]:
+        assert set(run["accuracy"]) == {"low", "resampled", "finetuned", "continued_low"}
+        assert set(run["seconds"]) == {"pretrain", "finetune", "continued_low"}
+    assert {"name", "accuracy", "seconds"} <= set(result["reference"])
+
+
 def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():
     with pytest.raises(FileNotFoundError, match=r"python benchmarks/no_such\.py"):
         measurement("no_such")
@@ -296,35 +256,16 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
     def fake_train(name, **kwargs):  # what train_recipe returns, without training; records the recipe it ran
         seen.append(recipes.RECIPES[name])
         one_view = {"test_accuracy_one_view": 0.79} if len(seen) == 2 else {}  # a run with test-time flips
-        return {
-            "test_accuracy": 0.8 + len(seen) / 100,
-            "epochs": 15.5,
-            "wall_seconds": 1770.0,
-            "threads": 2,
-            "cpu_load_before": 0.1,
-            "cpu_load_after": 2.0,
-            "machine": {"cpu": "Some CPU"},
-            **one_view,
-        }
+        return {"test_accuracy": 0.8 + len(seen) / 100, "epochs": 15.5, "wall_seconds": 1770.0, "threads": 2,
+                "cpu_load_before": 0.1, "cpu_load_after": 2.0, "machine": {"cpu": "Some CPU"},
+                **one_view}
 
     monkeypatch.setattr(recipes, "train_recipe", fake_train)
     before = recipes.RECIPES["cifar10"]
     ablate = benchmark("ablate")
     ablate.main(["cifar10", "--budget", "1775", "--record", "--results", str(tmp_path)])
-    ablate.main(
-        [
-            "cifar10",
-            "--budget",
-            "1775",
-            "--set",
-            'train.amp="off"',
-            "--set",
-            "augment.padding=4",
-            "--record",
-            "--results",
-            str(tmp_path),
-        ]
-    )
+    ablate.main(["cifar10", "--budget", "1775", "--set", 'train.amp="off"', "--set", "augment.padding=4",
+                 "--record", "--results", str(tmp_path)])
     assert recipes.RECIPES["cifar10"] is before  # the change lived for the run only
     assert seen[1]["train"]["amp"] == "off" and seen[1]["augment"]["padding"] == 4
     assert "amp" not in before["train"]  # float32 on a CPU, the default
@@ -370,7 +311,6 @@ def test_compile_speedup_counts_the_first_compiled_step_and_alternates_after_it(
         def step():
             calls.append("compiled" if compiled else "eager")
             time.sleep(seconds.pop() if seconds else 0.003 if compiled else 0.002)
-
         return step
 
     monkeypatch.setattr(throughput, "training_step", fake_step)
@@ -402,20 +342,8 @@ def test_short_schedule_low_res_forward_at_full_size_is_the_model_itself():
 @needs_data
 def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_model(tmp_path):
     short = benchmark("short_schedule")
-    args = [
-        "--low",
-        "0.5",
-        "--high",
-        "0.5",
-        "--ema",
-        "0",
-        "0.5",
-        "--subset",
-        "256",
-        "--record",
-        "--results",
-        str(tmp_path),
-    ]
+    args = ["--low", "0.5", "--high", "0.5", "--ema", "0", "0.5", "--subset", "256", "--record",
+            "--results", str(tmp_path)]
     run = short.main(args)
     assert run["steps"] == 4 and run["low_seconds"] > 0 and run["high_seconds"] > 0  # 256 images: 4 batches of 64
     assert run["ema"]["0.0"]["test_loss"] == pytest.approx(run["test_loss"], abs=1e-6)  # decay 0: the last weights
@@ -436,11 +364,8 @@ def test_short_schedule_records_both_phases_and_an_ema_of_decay_zero_is_the_mode
 def test_stem_speed_times_the_two_stems_it_is_given(tmp_path, monkeypatch):
     speed = benchmark("stem_speed")
     built, real = [], speed.training_step
-    monkeypatch.setattr(
-        speed,
-        "training_step",
-        lambda name, changes: built.append(changes["stem_channels"]) or real(name, changes=changes),
-    )
+    monkeypatch.setattr(speed, "training_step",
+                        lambda name, changes: built.append(changes["stem_channels"]) or real(name, changes=changes))
     result = speed.main(["mnist", "(4, 8)", "(4, 8, 8)", "--rounds", "1", "--record", "--results", str(tmp_path)])
     assert built == [(4, 8), (4, 8, 8)] and result["stems"] == [[4, 8], [4, 8, 8]]
     assert result["first_ms"] > 0 and result["second_ms"] > 0 and result["batch_size"] == 128
@@ -462,9 +387,8 @@ def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
     save_checkpoint(tmp_path / "model.pt", model, metrics={"epochs": 0, "seed": 0}, recipe="cifar10")
-    runs = benchmark("flip_tta").main(
-        [str(tmp_path / "model.pt"), "--subset", "256", "--record", "--results", str(tmp_path)]
-    )
+    runs = benchmark("flip_tta").main([str(tmp_path / "model.pt"), "--subset", "256", "--record", "--results",
+                                       str(tmp_path)])
     stored = json.loads((tmp_path / "flip_tta.json").read_text())
     assert stored["runs"] == runs and runs[0]["recipe"] == "cifar10" and runs[0]["machine"]["cores"] > 0
     # both accuracies computed here without evaluate_flips: each image as it is, and the two views' mean probabilities
@@ -472,7 +396,7 @@ def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
     model, _ = load_checkpoint(tmp_path / "model.pt")
     _, test = loaders("cifar10", 256, augment=False)
     test.images, test.labels = test.images[:256], test.labels[:256]
-    ((images, labels),) = list(test)  # one batch of 256, normalised as the loader does
+    (images, labels), = list(test)  # one batch of 256, normalised as the loader does
     with torch.no_grad():
         probs = model.eval()(images).softmax(-1)
         both = (probs + model(images.flip(-1)).softmax(-1)) / 2
