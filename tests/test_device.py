@@ -14,24 +14,10 @@ def test_pick_threads(monkeypatch):
         device.pick_threads(0)
     monkeypatch.setattr(device.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(device.torch, "get_num_threads", lambda: 2)
-    for busy, expected in ((0.2, 2), (1.0, 2), (1.79, 2), (1.8, 1), (2.0, 1)):  # one thread once the cores are full
-        monkeypatch.setattr(device, "busy_cores", lambda busy=busy: busy)
-        assert device.pick_threads() == expected, busy
+    for load, expected in ((0.2, 2), (1.9, 2), (2.0, 1), (9.0, 1)):  # one thread once the load fills the cores
+        monkeypatch.setattr(device.os, "getloadavg", lambda load=load: (load, load, load))
+        assert device.pick_threads() == expected, load
     assert device.pick_threads(2) == 2  # asked for: whatever the load
-
-
-def test_busy_cores_measures_now_not_the_trailing_load_average(monkeypatch):
-    monkeypatch.setattr(device.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(device.os, "getloadavg", lambda: (2.0, 2.0, 2.0))  # a run that ended a moment ago
-    samples = iter([(1000, 400), (1100, 480)])  # 100 ticks passed, 80 of them idle: a fifth of 2 cores busy
-    monkeypatch.setattr(device, "_cpu_times", lambda: next(samples))
-    assert device.busy_cores(seconds=0) == pytest.approx(0.4)
-    monkeypatch.setattr(device, "_cpu_times", lambda: None)  # no /proc/stat (macOS, Windows): the load average
-    assert device.busy_cores(seconds=0) == 2.0
-
-
-def test_busy_cores_reads_this_machine():
-    assert 0 <= device.busy_cores(seconds=0.1) <= device.os.cpu_count() + 1e-6
 
 
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):

@@ -6,7 +6,6 @@ per core, or a single one when other processes already keep the cores busy (``pi
 """
 
 import os
-import time
 
 import torch
 
@@ -98,40 +97,17 @@ def machine():
 def pick_threads(threads=None):
     """CPU threads for training: ``threads`` if given, else torch's default (one per core), or 1 on a busy machine.
 
-    Busy: other processes keep nine tenths of the cores busy (``busy_cores``). A thread that shares its core with
-    another process makes every parallel region wait for it: on 2 cores at load ~12 a CIFAR-10 step took 2.8-3.7 s
-    with 1 thread and 6.2-10.6 s with 2, while on idle cores 2 threads are twice as fast as 1.
+    Busy: the 1-minute load average has reached the core count. A thread that shares its core with another
+    process makes every parallel region wait for it: on 2 cores at load ~12 a CIFAR-10 step took 2.8-3.7 s with
+    1 thread and 6.2-10.6 s with 2, while on idle cores 2 threads are twice as fast as 1. The average trails the
+    machine by about a minute, so a run started right after another one ended may see it; ``threads`` decides then.
     """
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         return threads
-    cores = os.cpu_count() or 1
-    return 1 if busy_cores() >= 0.9 * cores else torch.get_num_threads()
-
-
-def busy_cores(seconds=0.25):
-    """How many cores are busy now: the share of CPU time not idle over the next ``seconds``, times the cores.
-
-    Measured where Linux's /proc/stat exists. Elsewhere the 1-minute load average stands in; it trails the machine
-    by about a minute, so a run started just after another one ended would still count it (and train on 1 thread).
-    """
-    before = _cpu_times()
-    if before is None:
-        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    time.sleep(seconds)
-    (total, idle), (total_before, idle_before) = _cpu_times(), before
-    return (os.cpu_count() or 1) * (1 - (idle - idle_before) / max(total - total_before, 1))
-
-
-def _cpu_times():
-    """(all, idle) CPU time since boot from /proc/stat's first line, or None where there is no such file."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-    except OSError:
-        return None
-    return sum(ticks), ticks[3] + ticks[4]
+    busy = hasattr(os, "getloadavg") and os.getloadavg()[0] >= (os.cpu_count() or 1)
+    return 1 if busy else torch.get_num_threads()
 
 
 def precision(amp, device):
