@@ -166,6 +166,20 @@ def test_real_data_loads(name):
 
 
 @needs_data
+def test_the_shipped_examples_are_the_first_test_images_of_the_courses_copy():
+    """load_examples() ships the first 512 test images of the course's CIFAR-10 copy (chapters 08-09 show them)."""
+    images, labels = data.load_examples()
+    assert images.shape == (512, 3, 32, 32) and images.dtype == torch.uint8
+    assert labels.shape == (512,) and labels.dtype == torch.int64
+    test_images, test_labels = data.load("cifar10", "test", download=False)
+    if not torch.equal(labels, test_labels[:512]):
+        pytest.skip("VIT_COURSE_DATA holds another copy of CIFAR-10 (the official files order the images otherwise)")
+    # the course's copy, or the GPU machine's recompressed one (mean absolute difference 0.9 of 255)
+    difference = (images.float() - test_images[:512].float()).abs().mean().item()
+    assert difference < 2, f"the shipped examples differ from the copy's first 512 test images by {difference:.2f}"
+
+
+@needs_data
 def test_real_loaders():
     train, test = batches.loaders("mnist", 1000, device="cpu")
     assert len(train) == 60 and len(test) == 10

@@ -107,5 +107,24 @@ def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tm
         assert f"vit_course/benchmark_results/{path.name}" in names
     for run in PRETRAINED:  # every model load_pretrained offers, chapters 06 to 09 load them on Colab
         assert f"vit_course/checkpoints/{run}/model.pt" in names, f"the wheel lacks the shipped model {run!r}"
+    assert "vit_course/cifar10_examples.npz" in names, "the wheel lacks the example images (load_examples)"
     assert "vit_course/results.py" in names and not [n for n in names if n.startswith("tools/")]
     assert "vit_course/notebooks.py" not in names
+
+
+def test_grade_needs_nothing_beyond_the_packages_dependencies():
+    """`python -m vit_course grade` after a plain `pip install` (Colab, a laptop): every module that grade.py and
+    kernel.py import, and the kernel nbclient starts (ipykernel), is a dependency, not a dev extra."""
+    import ast
+
+    needed = {"ipykernel"}
+    for module in ("grade.py", "kernel.py"):
+        for node in ast.walk(ast.parse((ROOT / "vit_course" / module).read_text())):
+            if isinstance(node, ast.Import):
+                needed |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                needed.add(node.module.split(".")[0])
+    third_party = {name for name in needed if name not in sys.stdlib_module_names}
+    dependencies = {requirement_name(spec) for spec in
+                    tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert third_party and third_party <= dependencies, f"grade needs {sorted(third_party - dependencies)}"

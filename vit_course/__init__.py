@@ -20,7 +20,7 @@ from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_do
 from .batches import DeviceLoader, loaders, normalize, random_crop_flip, random_translate
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
 from .checkpoint import load_checkpoint, load_pretrained, save_checkpoint
-from .data import DATASETS, data_root, load
+from .data import DATASETS, data_root, load, load_examples
 from .device import pick_device, pick_threads
 from .embeddings import embedding_filters, position_embedding_similarity
 from .faithfulness import delete_patches
@@ -59,8 +59,8 @@ __all__ = [
     "sincos_position_embedding", "split_heads", "unpatchify",
     # 06-07: data and training; recipes and the CLI live in vit_course.recipes and __main__
     "DATASETS", "DeviceLoader", "data_root", "eval_mode", "evaluate", "fit", "load", "load_checkpoint",
-    "load_pretrained", "loaders", "normalize", "param_groups", "pick_device", "pick_threads", "random_crop_flip",
-    "random_translate", "save_checkpoint", "train_step", "warmup_cosine",
+    "load_examples", "load_pretrained", "loaders", "normalize", "param_groups", "pick_device", "pick_threads",
+    "random_crop_flip", "random_translate", "save_checkpoint", "train_step", "warmup_cosine",
     # 08: interpretation; figures and explorers live in vit_course.plots and vit_course.widgets
     "attention_distances", "attention_map", "attention_rollout", "delete_patches", "embedding_filters",
     "layer_attentions", "mean_attention_distance", "position_embedding_similarity", "rollout_map",

@@ -89,6 +89,20 @@ def load(name, split="train", root=None, download=True):
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])  # (N, 3, 32, 32), (N,)
 
 
+EXAMPLES = Path(__file__).with_name("cifar10_examples.npz")  # shipped with the package, 1.5 MB
+
+
+def load_examples():
+    """The course's example images: the first 512 test images of its copy of CIFAR-10, shipped with the package.
+
+    Chapters 08 and 09 look at these, so every learner sees the same pictures and numbers: the official files,
+    which a learner with internet downloads, hold the test images in another order (and the course's copy is a
+    JPEG-decoded one). -> images uint8 (512, 3, 32, 32), labels int64 (512,).
+    """
+    with np.load(EXAMPLES) as stored:
+        return torch.from_numpy(stored["images"]), torch.from_numpy(stored["labels"]).long()
+
+
 def read_mnist(images_file, labels_file, count=None):
     """Two gzipped IDX files -> images uint8 (N, 1, 28, 28), labels int64 (N,).
 
@@ -154,5 +168,5 @@ def read_cifar(path, records=CIFAR_RECORDS):
     return torch.from_numpy(images.copy()), torch.from_numpy(labels)
 
 
-__all__ = ["DATASETS", "DatasetCorrupt", "DatasetNotFound", "data_root", "load", "read_cifar", "read_idx",
-           "read_mnist"]
+__all__ = ["DATASETS", "DatasetCorrupt", "DatasetNotFound", "data_root", "load", "load_examples", "read_cifar",
+           "read_idx", "read_mnist"]
