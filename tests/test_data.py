@@ -322,7 +322,7 @@ def make_tar(path, members):
     return path
 
 
-def test_download_cifar(server, tmp_path, monkeypatch):
+def test_download_cifar(server, tmp_path, monkeypatch, capsys):
     url, served = server
     monkeypatch.setattr(data, "CIFAR_RECORDS", 3)
     monkeypatch.setitem(data.DATASETS["cifar10"]["sizes"], "train", 15)
@@ -333,6 +333,7 @@ def test_download_cifar(server, tmp_path, monkeypatch):
     monkeypatch.setitem(download.MIRRORS, "cifar10", [url])
     root = tmp_path / "root"
     x, y = data.load("cifar10", "train", root=root)
+    assert f"about {download.DOWNLOAD_MB['cifar10']} MB" in capsys.readouterr().out  # the first load says its size
     assert x.shape == (15, 3, 32, 32) and y.shape == (15,)
     first = np.frombuffer(batches["cifar-10-batches-bin/data_batch_1.bin"], np.uint8).reshape(3, 3073)
     assert torch.equal(x[:3].flatten(1), torch.from_numpy(first[:, 1:].copy()))
