@@ -112,6 +112,10 @@ def precision_steps(label, device, steps=20):
         torch.manual_seed(0)
         model = ViT(**config).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        with autocast or nullcontext(), torch.no_grad():
+            produced = model(next(iter(batches))[0]).dtype
+        if produced != dtype:
+            raise RuntimeError(f"under autocast the model computed in {produced}, not {dtype}")
         losses = []
         while len(losses) < steps:
             for x, y in batches:
@@ -122,7 +126,7 @@ def precision_steps(label, device, steps=20):
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
         if not all(math.isfinite(loss) for loss in losses) or last >= first:
             raise RuntimeError(f"the loss did not fall: first five steps {first:.3f}, last five {last:.3f}")
-        return {"loss": [round(first, 3), round(last, 3)], "dtype": str(dtype).removeprefix("torch."),
+        return {"loss": [round(first, 4), round(last, 4)], "dtype": str(dtype).removeprefix("torch."),
                 **({"loss_scale": scaler.get_scale()} if scaler is not None else {})}
     return work
 
