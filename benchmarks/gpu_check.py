@@ -12,7 +12,8 @@ The steps, each recorded with ``ok``, ``seconds`` and ``error``:
   its setup cell must report the GPU. The full check runs them beside the recipes, three at a time.
 - recipe mnist, cifar10, cifar10-gpu: ``python -m vit_course train NAME`` on the device's plan (``recipes.plan``),
   with ``--recipe-seconds`` as a time budget, so a plan that would not fit the check ends early, decayed, and is
-  recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on the test set.
+  recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on the test set; the whole
+  plan's seconds as ``recipes.estimate_seconds`` foresees them and at the pace the run kept.
 - precision float16+scaler (what a T4 trains in) and bfloat16: 20 training steps of the cifar10 recipe's model on
   real images in that precision, which must leave a finite, lower loss.
 - parity timm: tests/test_timm.py (our ViT against timm's, weights converted) with the GPU as default device.
@@ -43,7 +44,7 @@ from vit_course.data import DATASETS
 from vit_course.device import amp_settings
 from vit_course.files import write_json
 from vit_course.kernel import run
-from vit_course.recipes import RECIPES, plan, train_recipe
+from vit_course.recipes import RECIPES, estimate_seconds, plan, train_recipe
 from vit_course.train import train_step
 
 NOTEBOOKS = sorted((common.ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -86,11 +87,14 @@ def recipe(name, device, seconds, smoke, out):
     """Train recipe ``name`` on the device's plan, within ``seconds`` (smoke: one epoch on 512 images)."""
     def work():
         planned = 1 if smoke else plan(name, device)[0]
+        estimate = estimate_seconds(name, device, epochs=planned, steps=3 if smoke else 20)  # what chapter 07 prints
         metrics = train_recipe(name, epochs=planned, out=out / name, device=device,
                                time_budget=None if smoke else seconds, subset=512 if smoke else None, progress=False)
         return {"accuracy": round(metrics["test_accuracy"], 4), "epochs": round(metrics["epochs"], 2),
                 "planned_epochs": planned, "shortened": metrics["epochs"] < planned,
-                "precision": metrics["precision"], "train_seconds": metrics["train_seconds"]}
+                "precision": metrics["precision"], "train_seconds": metrics["train_seconds"],
+                "estimated_plan_seconds": round(estimate, 1),  # estimate_seconds: timed steps, scaled to the plan
+                "paced_plan_seconds": round(metrics["train_seconds"] / metrics["epochs"] * planned, 1)}
     return work
 
 
