@@ -148,6 +148,15 @@ def parity(device):
     return work
 
 
+def commit():
+    """The checkout's commit, where git and the history are there (a copy without .git: None)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True, text=True)
+    except OSError:  # no git on this machine
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
 def describe_data():
     """Which CIFAR-10 copy VIT_COURSE_DATA holds, by its first 512 test images against the package's examples (the
     course's copy): the same labels and pixels (the course's), the same labels (a recompressed copy), or neither."""
@@ -177,6 +186,8 @@ def main(argv=None):
     started = time.perf_counter()
     record = {"device": torch.cuda.get_device_name() if device.type == "cuda" else device.type,
               "torch": str(torch.__version__), "python": platform.python_version(), "smoke": args.smoke,
+              "command": " ".join(["python benchmarks/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]),
+              "commit": commit(),
               "data": {"note": args.data, **describe_data()}, "recipe_seconds": None if args.smoke else
               args.recipe_seconds, "steps": []}
     print(f"GPU check on {record['device']} (torch {record['torch']}){', smoke' if args.smoke else ''}", flush=True)

@@ -168,6 +168,9 @@ def seeds_table(results=BENCHMARKS):
 
 
 GPU_HEADER = ["step", "ok", "seconds", "what it did"]
+GPU_STEPS = ([("notebook", f"{n:02d}") for n in range(1, 10)]  # the steps of a full run of benchmarks/gpu_check.py
+             + [("recipe", name) for name in ("mnist", "cifar10", "cifar10-gpu")]
+             + [("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")])
 
 
 def gpu_check(results=BENCHMARKS):
@@ -181,6 +184,10 @@ def gpu_check(results=BENCHMARKS):
     where = (f"{record['device']}, PyTorch {record['torch']}, {format_seconds(record['seconds'])} in all"
              f"{' (smoke run)' if record['smoke'] else ''}; CIFAR-10: {data['cifar10']}"
              + (f" ({data['note']})" if data.get("note") else ""))
+    missing = sorted(set(GPU_STEPS) - {(s["kind"], s["name"]) for s in record["steps"]})
+    if missing:
+        where += "; a partial run, without " + ", ".join(f"{kind} {name}" for kind, name in missing)
+    where += f" ({record['command']}, commit {record['commit']})" if record.get("command") else ""
     rows = [[f"{s['kind']} {s['name']}", "yes" if s["ok"] else "no", f"{s['seconds']:.0f}", _gpu_result(s)]
             for s in record["steps"]]
     return where, rows
