@@ -24,6 +24,7 @@ Writes ``benchmarks/results/gpu_check.json`` (``--out``): device, torch, smoke, 
 # ruff: noqa: E402 (common puts this checkout on the path first)
 import argparse
 import concurrent.futures
+import importlib.util
 import math
 import os
 import platform
@@ -73,6 +74,10 @@ def notebook(path, device):
     """Run the solution notebook at ``path`` in a fresh kernel (cwd: a fresh folder); its setup cell must print the
     device this check runs on."""
     def work():
+        missing = [name for name in ("nbclient", "ipykernel") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise RuntimeError(f"running a notebook needs {' and '.join(missing)} (dependencies of the package: "
+                               "`pip install -e .`, or their wheels on a machine without network)")
         nb = nbformat.read(path, as_version=4)
         with tempfile.TemporaryDirectory() as folder:
             run(nb, folder, timeout=600)
