@@ -1,6 +1,6 @@
 """One check per exercise of every chapter, named after it: ``checks.MultiHeadAttention(MultiHeadAttention)``.
 
-A passing check prints one line (``✔ name: passed N tests``) and returns None; a failing one raises
+A passing check prints one line (``✔ name: passed``, the same however many tests it ran) and returns None; a failing one raises
 ``CheckFailed`` (an ``AssertionError``) saying what was tried, what was expected and the likely cause.
 Checks compare against the reference solutions in ``vit_course`` and never depend the other way round.
 

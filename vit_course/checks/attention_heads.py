@@ -157,14 +157,14 @@ def MultiHeadAttention(c, cls):
                       dict(x=x), model, reference)
     _dropout(c, cls, g)
     _bad_input(c, cls, g)
-    with c.phase("names").uncounted():  # qkv_bias=False: a qkv without bias, the same output otherwise
-        reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
-        model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
-            ("qkv.bias", "qkv_bias=False seems ignored: qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)")])
-        x = torch.randn(2, 5, 12, generator=g)
-        with torch.no_grad():
-            c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
-                    "output with qkv_bias=False")
+    c.phase("names")  # qkv_bias=False: a qkv without bias, the same output otherwise
+    reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
+    model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
+        ("qkv.bias", "qkv_bias=False seems ignored: qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)")])
+    x = torch.randn(2, 5, 12, generator=g)
+    with torch.no_grad():
+        c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
+                "output with qkv_bias=False")
 
 
 def _attributes(c, model, label, dim, heads):
@@ -210,8 +210,7 @@ def _dropout(c, cls, g):
         with torch.no_grad():
             check_dropout(c, model, x, reference(x), f"with {key}=0.5", eval_hint, train_hint, label)
         shape = (2, heads, 6, 6) if key == "attn_drop" else (2, 6, dim)
-        with c.uncounted():
-            dropout_wiring(c, model, reference, x, label, {(0.5, shape): f"{key}=0.5 {WHERE[key][0]}"}, WHERE[key][1])
+        dropout_wiring(c, model, reference, x, label, {(0.5, shape): f"{key}=0.5 {WHERE[key][0]}"}, WHERE[key][1])
         with torch.no_grad():
             if key == "attn_drop" and callable(getattr(model, "attention_weights", None)):
                 model.train()

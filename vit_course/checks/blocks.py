@@ -50,14 +50,13 @@ def MLP(c, cls):
     x = torch.randn(4, 3, 8, generator=g)
     with torch.no_grad():
         check_dropout(c, model, x, reference(x), "with drop=0.5", MLP_EVAL, MLP_TRAIN, "MLP(8, 16, drop=0.5)")
-    with c.uncounted():
-        dropout_wiring(c, model, reference, x, "MLP(8, 16, drop=0.5)", {
-            (0.5, (4, 3, 16)): "the dropout after GELU (drop1)", (0.5, (4, 3, 8)): "the dropout after fc2 (drop2)"},
-            "fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return self.drop2(self.fc2(x))")
-        named = sorted(name for name, sub in model.named_children() if isinstance(sub, nn.Dropout))
-        c.ok(not named or named == ["drop1", "drop2"], f"your MLP's dropout modules are {named}, the statement's "
-             "are drop1 and drop2", "two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = "
-             "nn.Dropout(drop) after fc2 (timm's names: one shared module reads as a single dropout)")
+    dropout_wiring(c, model, reference, x, "MLP(8, 16, drop=0.5)", {
+        (0.5, (4, 3, 16)): "the dropout after GELU (drop1)", (0.5, (4, 3, 8)): "the dropout after fc2 (drop2)"},
+        "fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return self.drop2(self.fc2(x))")
+    named = sorted(name for name, sub in model.named_children() if isinstance(sub, nn.Dropout))
+    c.ok(not named or named == ["drop1", "drop2"], f"your MLP's dropout modules are {named}, the statement's "
+         "are drop1 and drop2", "two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = "
+         "nn.Dropout(drop) after fc2 (timm's names: one shared module reads as a single dropout)")
 
 
 @check("LayerNorm")
@@ -180,16 +179,16 @@ def DropPath(c, cls):
     for p in (1.0, -0.1):
         c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
                  hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")
-    with c.phase("p").uncounted():
-        module = c.build(cls, 0.25)
-        try:  # print(model) calls the given extra_repr, which reads self.p
-            repr(module)
-        except Exception as error:
-            c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", "keep the "
-                   "probability as self.p = p: the given extra_repr reads it")
-        c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
-             f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
-             "given extra_repr (what print(model) shows) and the ViT's checks read it")
+    c.phase("p")
+    module = c.build(cls, 0.25)
+    try:  # print(model) calls the given extra_repr, which reads self.p
+        repr(module)
+    except Exception as error:
+        c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", "keep the "
+               "probability as self.p = p: the given extra_repr reads it")
+    c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
+         f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
+         "given extra_repr (what print(model) shows) and the ViT's checks read it")
 
 
 def _dropped_whole(c, out, x, p):

@@ -93,8 +93,7 @@ def EncoderBlock(c, cls):
                       dict(x=x), model, reference)
     _options(c, cls, g)
     _drop_path(c, cls, g)
-    with c.uncounted():
-        _dropouts(c, cls, g)
+    _dropouts(c, cls, g)
 
 
 def _options(c, cls, g):

@@ -6,15 +6,14 @@ exception, a wrong type, a NaN or a changed input becomes a ``CheckFailed`` that
 tried, what was expected and, when the output matches a known mistake, the likely cause.
 """
 
-import contextlib
 import functools
 import math
 import numbers
 
 import torch
+from torch import nn
 
 from .messages import argument_names, changed, describe, error_hint, mentions, snapshot, where
-from .modules import ModuleChecks
 
 
 class CheckFailed(AssertionError):
@@ -35,7 +34,7 @@ def is_stub(error):
     return not error.args or (isinstance(error.args[0], str) and (not error.args[0] or error.args[0].isidentifier()))
 
 
-class Checker(ModuleChecks):
+class Checker:
     """The state of one check run: its name, the tests passed so far, the call being tested and the rule of the
     exercise being tested (``phase``), which a failure carries as ``CheckFailed.rule``."""
 
@@ -56,16 +55,6 @@ class Checker(ModuleChecks):
         """From here on the checks test the exercise's rule ``rule`` (a key of its list of rules)."""
         self.rule = rule
         return self
-
-    @contextlib.contextmanager
-    def uncounted(self):
-        """Tests added after a check's success line was published (the solution notebooks store it): they fail like
-        the others, and their rule counts as tested, but the number of tests on the success line stays."""
-        count = self._tests
-        try:
-            yield self
-        finally:
-            self._tests = count
 
     def fail(self, message, hint=None, rule=None):
         text = f"{self.name}: {message}"
@@ -203,6 +192,62 @@ class Checker(ModuleChecks):
             self.fail(f"{what} is {x}")
         return float(x)
 
+    # nn.Module exercises: build the learner's class, load the reference's weights by name, the attributes kept
+    def build(self, cls, *args, **kwargs):
+        """Instantiate the learner's class with the contract's constructor, in eval mode."""
+        if not isinstance(cls, type):
+            self.fail(f"expected your class {self.name} itself (not an instance or a function), got {describe(cls)}")
+        module = self.call(cls, *args, **kwargs)
+        if not isinstance(module, nn.Module):
+            self.fail(f"{cls.__name__}(...) should be an nn.Module", "subclass nn.Module: `class X(nn.Module):`")
+        return module.eval()
+
+    def load(self, module, reference, hints=(), rule="names"):
+        """Copy the reference's weights into the learner's module; names must be the contract's (timm's).
+
+        A Conv2d patch projection (D, C, P, P) is accepted in place of the Linear one (D, P*P*C).
+        ``hints``: (key, hint) pairs explaining a missing or extra name; the key is a substring of a
+        parameter name, or a function(missing, extra) -> bool. Failures here belong to ``rule``.
+        """
+        before = self.rule
+        self.phase(rule)
+        state, theirs = reference.state_dict(), module.state_dict()
+        missing, extra = [k for k in state if k not in theirs], [k for k in theirs if k not in state]
+        if missing or extra:
+            hint = next((h for key, h in hints if (key(missing, extra) if callable(key) else
+                                                   any(key in k for k in missing + extra))), None)
+            self.fail(f"the parameter names differ from the course's (timm's) names: "
+                      f"missing {missing[:6]}, unexpected {extra[:6]}", hint or
+                      "name the layers as the exercise does, so weights can be copied in and compared")
+        for key, value in state.items():
+            shape = tuple(theirs[key].shape)
+            if shape == tuple(value.shape):
+                continue
+            if len(shape) == 4 and value.ndim == 2 and shape[0] == value.shape[0] and math.prod(shape) == value.numel():
+                state[key] = value.reshape(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)  # (D, C, P, P)
+                continue
+            self.fail(f"parameter `{key}` has shape {shape}, expected {tuple(value.shape)}")
+        module.load_state_dict(state)
+        self.tests += 1
+        self.rule = before
+        return module
+
+    def attributes(self, module, shown, expected, rule="attributes"):
+        """The attributes the statement asks ``module`` to keep: ``expected`` is [(name, value, hint)], where value
+        is the expected value or a class the attribute must be an instance of. ``shown``: how to name the module."""
+        before = self.rule
+        self.phase(rule)
+        for name, value, hint in expected:
+            got = getattr(module, name, None)
+            if isinstance(value, type):
+                self.ok(isinstance(got, value), f"{shown}.{name} should be an {value.__name__}, got {describe(got)}",
+                        hint)
+                continue
+            got = tuple(got) if isinstance(got, (list, tuple, torch.Size)) else got
+            self.ok(got == value, f"{shown}.{name} should be {value!r}, got {describe(got)}",
+                    hint or f"store it: self.{name} = {name} (later code reads it)")
+        self.rule = before
+
 
 def not_done(name, error):
     """The friendly CheckFailed for an exercise still raising NotImplementedError."""
@@ -239,7 +284,7 @@ def check(name):
                 checker.fail(f"could not check your output: {type(error).__name__}: {error}{where(error)}")
             finally:
                 run.rules_seen = checker.rules_seen  # the rules this run tested (the checks' own tests read them)
-            print(f"✔ {name}: passed {checker.tests} tests")
+            print(f"✔ {name}: passed")
         run.__doc__ = f"Check your ``{name}``. " + (body.__doc__ or "")
         return run
     return decorate

@@ -103,10 +103,9 @@ def _unpatchify_errors(c, fn, g):
              why="a 10x10 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
     c.raises(fn, patches[0], 4, 8, hint=hint, rule="error-ndim", why="patches of shape (4, 48) have no batch axis")
     c.raises(fn, patches[None], 4, 8, hint=hint, rule="error-ndim", why="patches of shape (1, 2, 4, 48) are 4-D")
-    with c.uncounted():  # 4-D, yet its axis 1 and its last axis fit the other rules: only the 3-D rule rejects it
-        c.raises(fn, patches[:, :, None], 4, 8, rule="error-ndim", why="patches of shape (2, 4, 1, 48) are 4-D",
-                 hint="check `patches.ndim == 3` first: reading the sizes by index (shape[0], shape[1], shape[-1]) "
-                 "lets a 4-D tensor through")
+    c.raises(fn, patches[:, :, None], 4, 8, rule="error-ndim", why="patches of shape (2, 4, 1, 48) are 4-D",
+             hint="check `patches.ndim == 3` first: reading the sizes by index (shape[0], shape[1], shape[-1]) "
+             "lets a 4-D tensor through")
     c.raises(fn, patches, 4, 12, hint=hint, rule="error-length", why="4 patches of 4x4 cannot make a 12x12 image "
              "(it has 9)")
     c.raises(fn, torch.randn(2, 4, 40, generator=g), 4, 8, hint=hint, rule="error-width",
@@ -137,10 +136,10 @@ def PatchEmbedding(c, cls):
                     [(hint, lambda pat=pattern: proj(_wrong_patchify(images, p, pat))) for hint, pattern in ORDERS],
                     shape_hints=[((b, dim, size // p, size // p), "this is a Conv2d's (b, dim, gh, gw) feature map: "
                                   "flatten it to (b, gh*gw, dim), 'b d h w -> b (h w) d'")])
-        with c.phase("names").uncounted():
-            c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
-                 f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
-                 "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
+        c.phase("names")
+        c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
+             f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
+             "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
         c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["images"], label=shown), lambda t: reference(t["images"]),
                       dict(images=images), model, reference)

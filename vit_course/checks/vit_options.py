@@ -51,29 +51,28 @@ def _variants(m, images):
 
 def strong_blocks(c, cls, g):
     """With blocks that matter: the logits in eval mode, the final norm's eps, the dropouts while training.
-    Counts no test (see Checker.uncounted)."""
+    """
     config = dict(SMALL, drop=0.1, attn_drop=0.3)
     reference = _strong(config, g)
     label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")"
-    with c.uncounted():
-        model = c.load(c.build(cls, **config), reference)
-        images = torch.randn(2, 3, 12, 12, generator=g)
-        c.phase("output")
-        with torch.no_grad():
-            c.close(c.call(model, images, label=label), reference(images), "logits (blocks with larger weights)",
-                    _variants(reference, images), atol=1e-4)
-        c.phase("eps")
-        eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
-        c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", "norm = nn.LayerNorm(dim, eps=1e-6): "
-             "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6")
-        c.phase("blocks")
-        n = reference.patch_embed.num_patches + 1
-        dropout_wiring(c, model, reference, images, label, {
-            (0.3, (2, 2, n, n)): "attn_drop=0.3 on the attention weights",
-            (0.1, (2, n, 16)): "drop=0.1 after the attention's proj and the MLP's fc2",
-            (0.1, (2, n, 32)): "drop=0.1 in the MLP after GELU"},
-            "EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values): the arguments "
-            "in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
+    model = c.load(c.build(cls, **config), reference)
+    images = torch.randn(2, 3, 12, 12, generator=g)
+    c.phase("output")
+    with torch.no_grad():
+        c.close(c.call(model, images, label=label), reference(images), "logits (blocks with larger weights)",
+                _variants(reference, images), atol=1e-4)
+    c.phase("eps")
+    eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
+    c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", "norm = nn.LayerNorm(dim, eps=1e-6): "
+         "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6")
+    c.phase("blocks")
+    n = reference.patch_embed.num_patches + 1
+    dropout_wiring(c, model, reference, images, label, {
+        (0.3, (2, 2, n, n)): "attn_drop=0.3 on the attention weights",
+        (0.1, (2, n, 16)): "drop=0.1 after the attention's proj and the MLP's fc2",
+        (0.1, (2, n, 32)): "drop=0.1 in the MLP after GELU"},
+        "EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values): the arguments "
+        "in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
 
 
 STEM_SKIPPED = "embed skips the stem: tokens = self.patch_embed(self.stem(images)) (the stem is nn.Identity() " \
@@ -82,25 +81,24 @@ STEM_SKIPPED = "embed skips the stem: tokens = self.patch_embed(self.stem(images
 
 def hybrid(c, cls, g):
     """A hybrid ViT: the patch embedding is built for the stem's output and embed runs the stem first.
-    Counts no test (see Checker.uncounted)."""
+    """
     reference = randomize_norms(ref.ViT(**HYBRID).eval(), g)
     label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in HYBRID.items()) + ")"
-    with c.uncounted():
-        c.phase("names")
-        model = c.build(cls, **HYBRID)
-        embedding = getattr(model, "patch_embed", None)
-        built = (tuple(getattr(embedding, "image_size", ())), getattr(embedding, "in_channels", None))
-        c.ok(built == ((4, 4), 8), f"in {label} the stem turns 16x16x3 images into 4x4x8 maps, but patch_embed is "
-             f"built for images of size {built[0]} with {built[1]} channels", "the patches are cut from the stem's "
-             "output: PatchEmbedding(token_image, patch_size, token_channels, dim), the given lines set both")
-        model = c.load(model, reference)
-        images = torch.randn(2, 3, 16, 16, generator=g)
-        c.phase("embed")
-        with torch.no_grad():
-            stem = getattr(model, "stem", nn.Identity())
-            got = call_naming(c, model.embed, images, cause=lambda: STEM_SKIPPED if works_on(
-                model.patch_embed, stem(images)) else None)
-            c.close(got, reference.embed(images), "tokens from embed(images) of a hybrid ViT")
-            c.phase("output")
-            c.close(c.call(model, images, label=label), reference(images), "logits of a hybrid ViT", atol=1e-4)
+    c.phase("names")
+    model = c.build(cls, **HYBRID)
+    embedding = getattr(model, "patch_embed", None)
+    built = (tuple(getattr(embedding, "image_size", ())), getattr(embedding, "in_channels", None))
+    c.ok(built == ((4, 4), 8), f"in {label} the stem turns 16x16x3 images into 4x4x8 maps, but patch_embed is "
+         f"built for images of size {built[0]} with {built[1]} channels", "the patches are cut from the stem's "
+         "output: PatchEmbedding(token_image, patch_size, token_channels, dim), the given lines set both")
+    model = c.load(model, reference)
+    images = torch.randn(2, 3, 16, 16, generator=g)
+    c.phase("embed")
+    with torch.no_grad():
+        stem = getattr(model, "stem", nn.Identity())
+        got = call_naming(c, model.embed, images, cause=lambda: STEM_SKIPPED if works_on(
+            model.patch_embed, stem(images)) else None)
+        c.close(got, reference.embed(images), "tokens from embed(images) of a hybrid ViT")
+        c.phase("output")
+        c.close(c.call(model, images, label=label), reference(images), "logits of a hybrid ViT", atol=1e-4)
 
