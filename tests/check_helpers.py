@@ -26,7 +26,7 @@ def accepts(check, impl, capsys):
 @dataclass(frozen=True)
 class Slip:
     """A learner's slip that the statement of exercise ``check`` forbids: ``checks.<check>(impl)`` must fail with a
-    message matching ``hint`` and blame ``rule`` (a key of vit_course/checks/rules.py, "inputs" for an input
+    message matching ``hint`` and blame ``rule`` (a key of its record's RULES, "inputs" for an input
     changed in place, None for an exercise not done yet)."""
 
     check: str

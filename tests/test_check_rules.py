@@ -1,6 +1,6 @@
-"""One list of rules per exercise (vit_course/checks/rules.py), held to both sides: every rule is stated in its
-exercise's statement, a check tests exactly its exercise's rules, and every rule has a wrong variant in the
-checks' own tests that the check rejects, naming that rule."""
+"""One list of rules per exercise (``RULES`` in its chapter's record, vit_course/checks/chNN_*.py), held to both
+sides: every rule is stated in its exercise's statement, a check tests exactly its exercise's rules, and every rule
+has a wrong variant in the checks' own tests that the check rejects, naming that rule."""
 
 import re
 from pathlib import Path
@@ -12,25 +12,23 @@ import vit_course
 import vit_course.train
 from tools import notebooks
 from vit_course import checks
-from vit_course.checks.rules import COURSE_RULES, RULES
+from vit_course.checks import COURSE_RULES, RULES
 
 from . import (
-    test_checks_attention,
-    test_checks_attention_heads,
-    test_checks_batches,
-    test_checks_blocks,
-    test_checks_blocks_encoder,
-    test_checks_patches,
-    test_checks_train,
-    test_checks_vit,
-    test_checks_vit_counting,
+    test_checks_ch01_self_attention,
+    test_checks_ch02_multi_head_attention,
+    test_checks_ch03_encoder_block,
+    test_checks_ch04_patch_embeddings,
+    test_checks_ch05_vision_transformer,
+    test_checks_ch06_train_mnist,
+    test_checks_ch07_train_cifar10,
 )
 from .check_helpers import catalogue_ids, caught
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOGUES = [test_checks_attention, test_checks_attention_heads, test_checks_blocks, test_checks_blocks_encoder,
-              test_checks_patches, test_checks_vit, test_checks_vit_counting, test_checks_train,
-              test_checks_batches]  # each holds SLIPS, its check module's catalogue of slips
+CATALOGUES = [test_checks_ch01_self_attention, test_checks_ch02_multi_head_attention, test_checks_ch03_encoder_block,
+              test_checks_ch04_patch_embeddings, test_checks_ch05_vision_transformer, test_checks_ch06_train_mnist,
+              test_checks_ch07_train_cifar10]  # each holds SLIPS, its check module's catalogue of slips
 SLIPS = [entry for module in CATALOGUES for entry in module.SLIPS]
 
 

@@ -13,8 +13,8 @@ import vit_course as ref
 from vit_course import checks
 from vit_course.checks import CheckFailed
 
-from .test_checks_attention import sdpa
-from .test_checks_train import step_with
+from .test_checks_ch01_self_attention import sdpa
+from .test_checks_ch06_train_mnist import step_with
 
 
 def test_failure_says_what_was_tried():

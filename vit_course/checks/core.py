@@ -9,11 +9,39 @@ tried, what was expected and, when the output matches a known mistake, the likel
 import functools
 import math
 import numbers
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .messages import argument_names, changed, describe, error_hint, mentions, snapshot, where
+
+COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
+    "inputs": "leaves its inputs unchanged",
+}
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A learner's mistake, written once in its exercise's record: ``impl`` a wrong implementation (called like the
+    learner's), ``rule`` the exercise's rule it breaks and ``hint`` the likely cause its check names. The check names
+    it by running ``impl`` on the input the learner's code failed (``Checker.named``); the tests feed ``impl`` to the
+    check and ask for ``rule`` and ``hint``."""
+
+    exercise: str
+    name: str
+    rule: str
+    hint: str
+    impl: object
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A correct implementation the statement allows, written in its exercise's record: its check must pass it."""
+
+    exercise: str
+    name: str
+    impl: object
 
 
 class CheckFailed(AssertionError):
@@ -180,6 +208,11 @@ class Checker:
         index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.ndim else ()
         self.fail(f"wrong {what}: largest difference {diff.max().item():.3g} at index {index} "
                   f"(yours {got[index].item():.4g}, expected {expected[index].item():.4g})", hint)
+
+    @staticmethod
+    def named(slips, *args, **kwargs):
+        """(hint, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
+        return [(s.hint, functools.partial(s.impl, *args, **kwargs)) for s in slips]
 
     def number(self, x, what):
         """A real Python/numpy number (not a tensor), as float."""

@@ -1,6 +1,5 @@
-"""The checks of vit_course/checks/attention.py (chapter 01: scaled_dot_product_attention, SelfAttention) catch
-the usual mistakes and accept correct variants.
-"""
+"""Chapter 01's checks (scaled_dot_product_attention, SelfAttention) catch the usual mistakes and accept
+correct variants."""
 
 import math
 

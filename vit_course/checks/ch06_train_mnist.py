@@ -1,4 +1,4 @@
-"""Checks of vit_course/train.py (chapter 06): train_step, evaluate and the learning-rate schedule warmup_cosine."""
+"""Chapter 06's exercises: train_step, evaluate and the learning-rate schedule warmup_cosine."""
 
 import copy
 import math
@@ -202,3 +202,26 @@ def warmup_cosine(c, fn):
                 c.fail(f"at step {step} of {total} (warmup {warmup}, base_lr {base}, min_lr {low}) the rate is "
                        f"{got:.6g}, expected {expected:.6g}", hint)
             c.tests += 1
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "train_step": {
+        "train-mode": "put the model in training mode",
+        "loss": "the loss of this batch as a Python `float`",
+        "float32": "(on float32 logits)",
+        "step": "clear the old gradients; backpropagate; step the optimizer",
+    },
+    "evaluate": {
+        "output": "`(mean_loss, accuracy)`: the cross-entropy averaged over all samples",
+        "batches": "`batches`, any iterable of `(x, y)` pairs",
+        "eval-mode": "Run without gradients and in eval mode",
+        "no-grad": "Run without gradients",
+        "restore": "leave the model in the mode it came in",
+        "error": "If there were no batches at all, raise a `ValueError`",
+    },
+    "warmup_cosine": {
+        "output": "the formula above",
+    },
+}

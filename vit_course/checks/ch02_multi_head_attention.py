@@ -1,5 +1,5 @@
-"""Checks of vit_course/attention.py's chapter-02 exercises: split_heads, merge_heads and MultiHeadAttention (heads,
-dropout in and out of training, bad input)."""
+"""Chapter 02's exercises: split_heads, merge_heads and MultiHeadAttention (heads, dropout in and out of
+training, bad input): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -10,10 +10,10 @@ from einops import rearrange
 from torch import nn
 
 from .. import attention as ref
+from .ch01_self_attention import INTERLEAVED, INVERTED, NO_SCALE, NO_TRANSPOSE, WRONG_AXIS, attention, random_mask
 from .core import check
 from .gradients import gradient_flow
 from .modules import check_attention_weights, check_dropout
-from .slips import INTERLEAVED, INVERTED, NO_SCALE, NO_TRANSPOSE, WRONG_AXIS, attention, random_mask
 from .wiring import dropout_wiring
 
 SPLIT_CASES = ((2, 5, 12, 3), (1, 1, 6, 2), (3, 7, 15, 5), (2, 4, 8, 1), (2, 3, 8, 8))
@@ -235,3 +235,30 @@ def _bad_input(c, cls, g):
             c.raises(model.split_qkv, x, why=why, label="MultiHeadAttention(12, 3).split_qkv", hint=hint,
                      shapes=[tuple(x.shape)], rule="error-shape")
             c.raises(model, x, why=why, label="MultiHeadAttention(12, 3)", hint=hint)
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "split_heads": {
+        "output": "head $i$ owning the $i$-th contiguous block of $d$ features",
+        "error": "Raise a `ValueError` naming both numbers",
+        "gradient": "Gradients flow back to `x`",
+    },
+    "merge_heads": {
+        "output": "`(b, h, n, d)` becomes `(b, n, h*d)`",
+        "gradient": "Gradients flow back to `x`",
+    },
+    "MultiHeadAttention": {
+        "attributes": "store `dim`, `num_heads` and `head_dim = dim // num_heads`",
+        "names": "create `qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)`",
+        "split_qkv": "split the `qkv` output into queries, keys and values of shape `(b, h, n, d)` each",
+        "output": "Then merge the heads and apply `proj` and `proj_drop`. Returns `(b, n, dim)`",
+        "mask": "attn_mask=mask",
+        "attention_weights": "`attention_weights(x, mask=None)`: the weights `(b, h, n, n)`",
+        "dropout": "only in training mode",
+        "error-dim": "raise a `ValueError` if `dim` is not divisible by `num_heads`",
+        "error-shape": "raise a `ValueError` naming the shape otherwise",
+        "gradient": "Gradients flow back to `x`, `qkv` and `proj`",
+    },
+}

@@ -1,6 +1,5 @@
-"""The checks of vit_course/checks/patches.py (chapter 04: patchify, unpatchify, PatchEmbedding,
-add_class_token_and_position) catch the usual mistakes and accept correct variants.
-"""
+"""Chapter 04's checks (patchify, unpatchify, PatchEmbedding, add_class_token_and_position) catch the usual
+mistakes and accept correct variants."""
 
 import math
 

@@ -1,6 +1,5 @@
-"""The checks of vit_course/checks/attention_heads.py (chapter 02: split_heads, merge_heads, MultiHeadAttention)
-catch the usual mistakes and accept correct variants.
-"""
+"""Chapter 02's checks (split_heads, merge_heads, MultiHeadAttention) catch the usual mistakes and accept
+correct variants."""
 
 import math
 
@@ -14,7 +13,7 @@ from vit_course import checks
 from vit_course.checks import CheckFailed
 
 from .check_helpers import accepts, rejects, slip
-from .test_checks_attention import sdpa, sdpa_einsum
+from .test_checks_ch01_self_attention import sdpa, sdpa_einsum
 
 
 def split_view(x, h):
