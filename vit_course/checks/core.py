@@ -16,6 +16,9 @@ from torch import nn
 
 from .messages import argument_names, changed, describe, error_hint, mentions, snapshot, where
 
+IN_PLACE = ("an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`): use the "
+            "out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
+PLAIN_NUMBER = "return a plain number: `.item()` turns a one-element tensor into one"
 COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
     "inputs": "leaves its inputs unchanged",
 }
@@ -133,8 +136,7 @@ class Checker:
         for arg, old, new in zip(names, before, values, strict=False):
             if changed(old, new):
                 self.fail(f"your code changed its input `{arg}` in place; it must leave its inputs as they were",
-                          "an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`)"
-                          ": use the out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy", "inputs")
+                          IN_PLACE, "inputs")
         return out
 
     def raises(self, fn, *args, why, hint=None, label=None, names=(), shapes=(), rule=None, **kwargs):
@@ -214,11 +216,23 @@ class Checker:
         """(hint, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
         return [(s.hint, functools.partial(s.impl, *args, **kwargs)) for s in slips]
 
+    @staticmethod
+    def diagnose(slips, same, run):
+        """The hint of the first slip whose output is ``same`` as the learner's, or None; ``run(impl)``: a slip's
+        output on the learner's input."""
+        for s in slips:
+            try:
+                if same(run(s.impl)):
+                    return s.hint
+            except Exception:  # a slip that does not apply to this input
+                continue
+        return None
+
     def number(self, x, what):
         """A real Python/numpy number (not a tensor), as float."""
         if torch.is_tensor(x):
             self.fail(f"{what} should be a Python number, got {describe(x)}",
-                      "return a plain number: `.item()` turns a one-element tensor into one")
+                      PLAIN_NUMBER)
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
             self.fail(f"{what} should be a number, got {describe(x)}")
         if not math.isfinite(float(x)):
