@@ -191,7 +191,10 @@ class Checker:
         return x
 
     def close(self, got, expected, what, hints=(), atol=1e-5, rtol=1e-4, shape_hints=()):
-        """Fail unless ``got`` matches the reference output; ``hints``: (hint, thunk giving a wrong output)."""
+        """Fail unless ``got`` matches the reference output; ``hints``: (hint, thunk giving a wrong output), which
+        also name an output of the wrong shape that one of them gives."""
+        if torch.is_tensor(got) and got.shape != expected.shape:
+            shape_hints = list(shape_hints) + [(got.shape, h) for h, wrong in hints if _same(got, wrong)]
         got = self.tensor(got, what, expected.shape, expected.dtype, shape_hints)
         got = got.detach().to(expected.device)
         if torch.allclose(got, expected, atol=atol, rtol=rtol):
@@ -294,6 +297,15 @@ class Checker:
             self.ok(got == value, f"{shown}.{name} should be {value!r}, got {describe(got)}",
                     hint or f"store it: self.{name} = {name} (later code reads it)")
         self.rule = before
+
+
+def _same(got, wrong):
+    """True if the thunk ``wrong`` gives ``got`` (False if it raises)."""
+    try:
+        alt = wrong()
+        return alt.shape == got.shape and torch.allclose(got.detach().float(), alt.detach().float().to(got.device))
+    except Exception:
+        return False
 
 
 def not_done(name, error):
