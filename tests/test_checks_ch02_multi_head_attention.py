@@ -133,7 +133,13 @@ def test_mha_rejects(impl, hint):
     rejects(checks.MultiHeadAttention, impl, hint)
 
 
-@pytest.mark.parametrize("impl", [ref.MultiHeadAttention, MHATimmStyle, mha_with(None)])
+class MHAStacked(ref.MultiHeadAttention):
+    def split_qkv(self, x):  # the einops pattern's (3, b, h, n, d), before unbind: it unpacks as q, k, v
+        super().split_qkv(x)  # validates x
+        return rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+
+
+@pytest.mark.parametrize("impl", [ref.MultiHeadAttention, MHATimmStyle, mha_with(None), MHAStacked])
 def test_mha_accepts(impl, capsys):
     accepts(checks.MultiHeadAttention, impl, capsys)
 

@@ -184,6 +184,8 @@ def _split_qkv(c, model, reference, x, label):
         c.fail(f"{type(model).__name__} has no method split_qkv", "write split_qkv(x) -> q, k, v as the exercise "
                "asks: forward and attention_weights both start with it")
     got = c.call(method, x, label=f"{label}.split_qkv")
+    if torch.is_tensor(got) and got.ndim == 5 and len(got) == 3:  # (3, b, h, n, d): unpacks as q, k, v too
+        got = got.unbind(0)
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         c.fail(f"split_qkv should return three tensors q, k, v, got {type(got).__name__}",
                "`.unbind(0)` turns the (3, b, h, n, d) tensor into three")
