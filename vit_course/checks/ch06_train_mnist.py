@@ -174,7 +174,7 @@ def _one_step(c, fn, mine, theirs, smoothing, step, g):
 
 # ---- the catalogue of evaluate
 def _evaluate(eval_mode=True, grad="off", per_batch=False, percent=False, restore="mode", empty=True, smoothing=0.0,
-              softmax=False, count_first=False):
+              softmax=False, count_first=False, accuracy="all", swapped=False):
     def evaluate(model, batches):
         was_training = model.training
         if eval_mode:
@@ -187,14 +187,15 @@ def _evaluate(eval_mode=True, grad="off", per_batch=False, percent=False, restor
         count = sum(len(y) for _, y in batches) if count_first is True else 0  # a first pass over the batches
         if count_first == "len":
             len(batches)  # a generator has no len()
-        losses, correct = [], 0
+        losses, correct, accuracies = [], 0, []
         with torch.set_grad_enabled(grad == "on"):
             for x, y in batches:
                 logits = model(x).float()  # (b, K)
                 logits = logits.softmax(-1) if softmax else logits
                 losses.append(F.cross_entropy(logits, y, label_smoothing=smoothing,
                                               reduction="mean" if per_batch else "sum").item())
-                correct += (logits.argmax(-1) == y).sum().item()
+                hits = ((logits.argmin(-1) if accuracy == "argmin" else logits.argmax(-1)) == y).sum().item()
+                correct, accuracies = correct + hits, accuracies + [hits / len(y)]
                 count += 0 if count_first is True else len(y)
         if restore == "mode":
             model.train(was_training)
@@ -203,7 +204,8 @@ def _evaluate(eval_mode=True, grad="off", per_batch=False, percent=False, restor
         if count == 0 and empty:
             raise ValueError("evaluate got no batches")
         loss = sum(losses) / len(losses) if per_batch else sum(losses) / count
-        return loss, (100 if percent else 1) * correct / count
+        share = sum(accuracies) / len(accuracies) if accuracy == "per_batch" else correct / count
+        return (share, loss) if swapped else (loss, (100 if percent else 1) * share)
     return evaluate
 
 
@@ -241,6 +243,11 @@ SLIPS += [
     Slip("evaluate", "left_off", "no-grad", LEFT_OFF, _evaluate(grad="left_off")),
     Slip("evaluate", "batch_means", "output", "this is the mean of the batch means: batches differ in size, so sum "
          "the per-sample losses (reduction='sum') and divide by the number of samples", _evaluate(per_batch=True)),
+    Slip("evaluate", "batch_accuracies", "output", "this is the mean of the batch accuracies: count the correct "
+         "predictions over all samples, then divide by the number of samples", _evaluate(accuracy="per_batch")),
+    Slip("evaluate", "argmin", "output", "the prediction is the class with the largest logit: argmax, not argmin",
+         _evaluate(accuracy="argmin")),
+    Slip("evaluate", "swapped", "output", "the pair is (mean_loss, accuracy), in that order", _evaluate(swapped=True)),
     Slip("evaluate", "percent", "output", "this looks like a percentage: return the fraction correct, 0..1",
          _evaluate(percent=True)),
     Slip("evaluate", "smoothing", "output", "this loss is label-smoothed: evaluate measures the plain cross-entropy "
@@ -328,11 +335,11 @@ def _schedule(kind=None):
             return min_lr + (base_lr - min_lr) * rise if kind == "warmup_min" else base_lr * rise
         span = {"total": total_steps, "end-1": total_steps - warmup_steps - 1, "no_max": total_steps - warmup_steps,
                 "from0": total_steps}.get(kind, max(1, total_steps - warmup_steps))
-        done = step if kind == "from0" else step - warmup_steps
+        done = step if kind in ("from0", "from0/") else step - warmup_steps
         t = done // span if kind == "//" else min(1.0, done / max(1, span)) if kind == "end-1" else done / span
         low = 0.0 if kind == "no_min" else min_lr
         wave = {"linear": 2 * (1 - t) - 1, "quarter": 2 * math.cos(math.pi * t / 2) - 1,
-                "degrees": math.cos(180 * t)}.get(kind, math.cos(math.pi * t))
+                "degrees": math.cos(180 * t), "sin": math.sin(math.pi * t)}.get(kind, math.cos(math.pi * t))
         rate = low + (base_lr - low) * 0.5 * (1 + wave)
         return torch.tensor(rate) if kind == "tensor" else rate
     return warmup_cosine
@@ -348,6 +355,7 @@ SCHEDULE = [
            "warmup_steps`), so the cosine starts at base_lr exactly"),
     ("no_min", "the cosine ends at 0, not min_lr: min_lr + (base_lr - min_lr) * 0.5 * (1 + cos(pi * t))"),
     ("from0", "the cosine phase starts counting at step 0: t = (step - warmup_steps) / (total_steps - warmup_steps)"),
+    ("from0/", "the cosine phase starts counting at step 0: t = (step - warmup_steps) / (total_steps - warmup_steps)"),
     ("total", "the cosine phase is divided by total_steps: t = (step - warmup_steps) / (total_steps - warmup_steps)"),
     ("end-1", "the cosine reaches min_lr one step early: t = (step - warmup_steps) / (total_steps - warmup_steps), "
               "which is 1 at step = total_steps"),
@@ -355,6 +363,7 @@ SCHEDULE = [
     ("linear", "this decays linearly: after the warmup use 0.5 * (1 + cos(pi * t))"),
     ("quarter", "this is a quarter of a cosine, cos(pi * t / 2): the schedule is 0.5 * (1 + cos(pi * t)), half a "
                 "period from base_lr to min_lr"),
+    ("sin", "this uses a sine: the schedule is 0.5 * (1 + cos(pi * t)), base_lr at t = 0 and min_lr at t = 1"),
     ("degrees", "math.cos takes radians: cos(pi * t) with math.pi, not cos(180 * t)"),
     ("no_max", "with total_steps == warmup_steps the cosine phase has length 0: divide by max(1, total_steps - "
                "warmup_steps), as the formula says"),

@@ -230,6 +230,8 @@ POOL = [  # (name, rule, hint, wrong pool_tokens)
      lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, k:].mean(0)),
     ("keepdim", "keep one vector per image, (b, D): drop the token axis (x[:, 0], .mean(dim=1) without keepdim)",
      lambda x, pool="cls", k=1: x[:, :1] if pool == "cls" else x[:, k:].mean(1, keepdim=True)),
+    ("sum", "this is the sum of the patch tokens: average them, .mean(dim=1)",
+     lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, k:].sum(1)),
     ("squeeze", "squeeze() also drops the batch axis when b = 1: index the token, x[:, 0], or take .mean(dim=1)",
      lambda x, pool="cls", k=1: x[:, :1].squeeze() if pool == "cls" else x[:, k:].mean(1)),
 ]

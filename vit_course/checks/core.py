@@ -237,7 +237,8 @@ class Checker:
             self.fail(f"{what} should be a Python number, got {describe(x)}",
                       PLAIN_NUMBER)
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
-            self.fail(f"{what} should be a number, got {describe(x)}")
+            self.fail(f"{what} should be a number, got {describe(x)}", "a function without a `return` statement "
+                      "returns None: end it with `return ...`" if x is None else None)
         if not math.isfinite(float(x)):
             self.fail(f"{what} is {x}")
         return float(x)
