@@ -39,6 +39,7 @@ def _resample(mode="bicubic", align=False, antialias=True, prefix="front", layou
             out = F.interpolate(rows.transpose(1, 2).float(), size=size[0] * size[1], mode="linear").transpose(1, 2)
         else:
             image = rows.reshape(1, rows.shape[-1], *grid) if layout == "no_permute" else rearrange(
+                rows, "1 (w h) d -> 1 d h w", h=grid[0]) if layout == "read_columns" else rearrange(
                 rows, "1 (h w) d -> 1 d h w", h=grid[0])  # (1, D, gh, gw)
             image = F.interpolate(image.float(), size=size, mode=mode, align_corners=align if mode != "nearest"
                                   else None, antialias=antialias and mode in ("bicubic", "bilinear"))
@@ -57,6 +58,8 @@ def _resample_in_place(pos_embed, new_grid, num_prefix_tokens=1, old_grid=None):
 
 OLD_IGNORED = ("with a valid old_grid given, lay the patches out on old_grid (h=old_grid[0]) rather than on a square "
                "grid of your own")
+SWAPPED = ("rows and columns are swapped (the patches laid out, or flattened back, columns first): both use (h w), rows "
+           "first: '1 (h w) d -> 1 d h w' with h=gh, then '1 d h w -> 1 (h w) d'")
 KEEP = "keep the first num_prefix_tokens rows as they are and concatenate them back in front of the resized grid"
 OUTPUT = [  # (name, hint, knobs)
     ("bilinear", "this is bilinear interpolation: use mode='bicubic' (as timm does)", dict(mode="bilinear")),
@@ -70,8 +73,8 @@ OUTPUT = [  # (name, hint, knobs)
     ("no_permute", "the grid was reshaped without moving the features first: .reshape(1, D, gh, gw) mixes features "
                    "and patches; lay it out with rearrange(rows, '1 (h w) d -> 1 d h w', h=gh) (or reshape to "
                    "(1, gh, gw, D), then permute)", dict(layout="no_permute")),
-    ("columns", "the grid is flattened back columns first: rearrange(grid, '1 d h w -> 1 (h w) d'), rows first",
-     dict(layout="columns")),
+    ("read_columns", SWAPPED, dict(layout="read_columns")),
+    ("columns", SWAPPED, dict(layout="columns")),
     ("flat", "this interpolates along the flat sequence: lay the patch embeddings out on their 2D grid (1, D, gh, gw) "
              "and resize that", dict(layout="flat")),
     ("dropped", "the class token's embedding was dropped: " + KEEP, dict(prefix="dropped")),
