@@ -58,8 +58,8 @@ def _resample_in_place(pos_embed, new_grid, num_prefix_tokens=1, old_grid=None):
 
 OLD_IGNORED = ("with a valid old_grid given, lay the patches out on old_grid (h=old_grid[0]) rather than on a square "
                "grid of your own")
-SWAPPED = ("rows and columns are swapped (the patches laid out, or flattened back, columns first): both use (h w), rows "
-           "first: '1 (h w) d -> 1 d h w' with h=gh, then '1 d h w -> 1 (h w) d'")
+SWAPPED = ("rows and columns are swapped (the patches laid out, or flattened back, columns first): both use (h w), "
+           "rows first: '1 (h w) d -> 1 d h w' with h=gh, then '1 d h w -> 1 (h w) d'")
 KEEP = "keep the first num_prefix_tokens rows as they are and concatenate them back in front of the resized grid"
 OUTPUT = [  # (name, hint, knobs)
     ("bilinear", "this is bilinear interpolation: use mode='bicubic' (as timm does)", dict(mode="bilinear")),
