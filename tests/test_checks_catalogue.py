@@ -4,6 +4,7 @@ is rejected under its rule with its hint, every variant passes with the one succ
 import re
 
 import pytest
+import torch
 
 from vit_course import checks
 
@@ -13,6 +14,7 @@ from .check_helpers import accepts, rejects
 @pytest.mark.parametrize("slip", checks.SLIPS, ids=[f"{s.exercise}-{s.rule}-{s.name}" for s in checks.SLIPS])
 def test_every_slip_is_rejected_with_its_hint(slip):
     rejects(getattr(checks, slip.exercise), slip.impl, re.escape(slip.hint), slip.rule)
+    assert torch.is_grad_enabled(), "a check leaves the grad mode as it found it"
 
 
 @pytest.mark.parametrize("variant", checks.VARIANTS, ids=[f"{v.exercise}-{v.name}" for v in checks.VARIANTS])

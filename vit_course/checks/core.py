@@ -321,8 +321,9 @@ def not_done(name, error):
 def check(name):
     """Decorate ``body(checker, learner)`` into the check ``name(learner)``.
 
-    Passing prints one line and returns None; failing raises CheckFailed. The global RNG is left as
-    it was, so a check cell never changes the numbers of the cells after it.
+    Passing prints one line and returns None; failing raises CheckFailed. The global RNG and the grad mode are left
+    as they were (a learner's code that switched gradients off is reported, not left to break the next cell), so a
+    check cell never changes the numbers of the cells after it.
     """
     def decorate(body):
         @functools.wraps(body)
@@ -331,7 +332,7 @@ def check(name):
             if learner is None or not callable(learner):
                 checker.fail(f"expected your {name} (a function or class), got {describe(learner)}")
             try:
-                with torch.random.fork_rng(devices=[]):
+                with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(torch.is_grad_enabled()):
                     torch.manual_seed(0)
                     body(checker, learner)
             except CheckFailed:
