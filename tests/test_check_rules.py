@@ -1,6 +1,6 @@
-"""One list of rules per exercise (vit_course/checks/rules.py), held to both sides: every rule is stated in its
-exercise's statement, a check tests exactly its exercise's rules, and every rule has a wrong variant in the
-checks' own tests that the check rejects, naming that rule."""
+"""One list of rules per exercise (``RULES`` in its chapter's record, vit_course/checks/chNN_*.py), held to both
+sides: every rule is stated in its exercise's statement, a check tests exactly its exercise's rules, and every rule
+has a wrong variant in the checks' own tests that the check rejects, naming that rule."""
 
 import re
 from pathlib import Path
@@ -12,25 +12,20 @@ import vit_course
 import vit_course.train
 from tools import notebooks
 from vit_course import checks
-from vit_course.checks.rules import COURSE_RULES, RULES
+from vit_course.checks import COURSE_RULES, RULES
 
 from . import (
-    test_checks_attention,
-    test_checks_attention_heads,
-    test_checks_batches,
-    test_checks_blocks,
-    test_checks_blocks_encoder,
-    test_checks_patches,
-    test_checks_train,
-    test_checks_vit,
-    test_checks_vit_counting,
+    test_checks_ch01_self_attention,
+    test_checks_ch02_multi_head_attention,
+    test_checks_ch03_encoder_block,
+    test_checks_ch04_patch_embeddings,
+    test_checks_ch05_vision_transformer,
 )
 from .check_helpers import catalogue_ids, caught
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOGUES = [test_checks_attention, test_checks_attention_heads, test_checks_blocks, test_checks_blocks_encoder,
-              test_checks_patches, test_checks_vit, test_checks_vit_counting, test_checks_train,
-              test_checks_batches]  # each holds SLIPS, its check module's catalogue of slips
+CATALOGUES = [test_checks_ch01_self_attention, test_checks_ch02_multi_head_attention, test_checks_ch03_encoder_block,
+              test_checks_ch04_patch_embeddings, test_checks_ch05_vision_transformer]  # their SLIPS
 SLIPS = [entry for module in CATALOGUES for entry in module.SLIPS]
 
 
@@ -42,7 +37,7 @@ def statements():
     """{exercise: its statement} from the solution notebooks: from the exercise's heading to its code cell (the
     student's version of the code cells, so the stub's docstring counts, the solution does not)."""
     found = {}
-    for path in sorted((ROOT / "solutions").glob("0[1-7]_*.ipynb")):
+    for path in sorted((ROOT / "solutions").glob("0[1-79]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         start = None
         for index, cell in enumerate(nb.cells):
@@ -69,7 +64,7 @@ def reference(name):
     return getattr(vit_course, name, None) or getattr(vit_course.train, name)
 
 
-def test_every_exercise_of_chapters_01_to_07_has_its_list():
+def test_every_exercise_of_chapters_01_to_07_and_09_has_its_list():
     assert set(STATEMENTS) == set(RULES)
 
 
@@ -92,9 +87,10 @@ def test_a_check_tests_exactly_its_rules(name, capsys):
 def slips():
     """{exercise: {rule: number of wrong variants rejected under it}} from the catalogues of the checks' tests."""
     found = {}
-    for entry in SLIPS:
-        found.setdefault(entry.check, {}).setdefault(entry.rule, 0)
-        found[entry.check][entry.rule] += 1
+    for entry in SLIPS + checks.SLIPS:  # the tests' catalogues and the records' (Slip.exercise)
+        name = getattr(entry, "exercise", None) or entry.check
+        found.setdefault(name, {}).setdefault(entry.rule, 0)
+        found[name][entry.rule] += 1
     return found
 
 

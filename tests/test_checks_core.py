@@ -13,8 +13,7 @@ import vit_course as ref
 from vit_course import checks
 from vit_course.checks import CheckFailed
 
-from .test_checks_attention import sdpa
-from .test_checks_train import step_with
+from .test_checks_ch01_self_attention import sdpa
 
 
 def test_failure_says_what_was_tried():
@@ -72,6 +71,6 @@ def test_describe_gives_one_short_line():
 
 def test_tried_line_is_one_short_line():
     with pytest.raises(CheckFailed) as info:
-        checks.train_step(step_with("sum"))
+        checks.train_step(checks.ch06_train_mnist.SLIPS_OF["sum"].impl)
     tried = [line for line in str(info.value).split("\n") if line.startswith("  tried:")]
     assert tried == ["  tried: train_step(Probe, tensor(8, 3, 2, 2), int64 tensor(8,), SGD(lr=0.5, momentum=0.9))"]

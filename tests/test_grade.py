@@ -68,8 +68,8 @@ def test_all_passing_exits_0(tmp_path, monkeypatch, capsys):
     path = notebook(tmp_path / "done.ipynb", "from vit_course import checks", "checks.MLP(MLP)", "checks.ViT(ViT)")
 
     def fake_execute(nb, folder, timeout=None, kernel=None):
-        nb.cells[1].outputs = [nbformat.from_dict(stream("✔ MLP: passed 10 tests\n"))]
-        nb.cells[2].outputs = [nbformat.from_dict(stream("✔ ViT: passed 14 tests\n"))]
+        nb.cells[1].outputs = [nbformat.from_dict(stream("✔ MLP: passed\n"))]
+        nb.cells[2].outputs = [nbformat.from_dict(stream("✔ ViT: passed\n"))]
         for i, cell in enumerate(nb.cells):
             cell.execution_count = i + 1
 
@@ -86,7 +86,7 @@ def test_verdicts_without_a_kernel():
         ("checks.LayerNorm(LayerNorm)", [error("NameError", "name 'LayerNorm' is not defined")]),
         ("checks.DropPath(DropPath)", [error("NameError", "\x1b[0;31mname 'DropPath' is not defined\x1b[0m")]),
         ("checks.EncoderBlock(EncoderBlock)", []),
-        ("checks.ViT(ViT)", [stream("✔ ViT: passed 14 tests\n")]),
+        ("checks.ViT(ViT)", [stream("✔ ViT: passed\n")]),
     )
     assert grade.verdict(nb, 1, "MLP", 0) == (False, "wrong output: largest difference 1\n  tried: MLP(6, 24)")
     assert grade.verdict(nb, 3, "LayerNorm", 2) == (False, "In [3] raised NameError: name 'nn' is not defined")

@@ -1,38 +1,56 @@
 """One check per exercise of every chapter, named after it: ``checks.MultiHeadAttention(MultiHeadAttention)``.
 
-A passing check prints one line (``✔ name: passed N tests``) and returns None; a failing one raises
-``CheckFailed`` (an ``AssertionError``) saying what was tried, what was expected and the likely cause.
+A passing check prints one line, ``✔ name: passed`` (the same however many tests it ran), and returns None; a failing
+one raises ``CheckFailed`` (an ``AssertionError``) saying what was tried, what was expected and the likely cause.
 Checks compare against the reference solutions in ``vit_course`` and never depend the other way round.
 
-The checks mirror the reference: the check of an exercise whose solution is in ``vit_course/X.py`` is in
-``checks/X.py``, or in ``checks/X_<part>.py`` where X's checks would not fit one module (and its tests in
-``tests/test_checks_X*.py``); each imports its reference module at the top, ``from .. import X as ref``.
-attention (01: scaled_dot_product_attention, SelfAttention), attention_heads (02: split_heads, merge_heads,
-MultiHeadAttention), blocks (03: MLP, LayerNorm, DropPath), blocks_encoder (03: EncoderBlock), patches (04),
-patches_resample (09), vit (05: ViT; 07: pool_tokens), vit_counting (05: count_parameters), train (06), batches
-(07: random_crop_flip), interpret, embeddings and faithfulness (08).
+One record per chapter, named after its notebook: ``chNN_<notebook>.py`` holds the chapter's checks, each
+exercise's rules (``RULES``) and, for the records written so (chapters 06, 07 and 09), its catalogue of slips
+(``SLIPS``: each wrong implementation once, with its rule and the hint it earns) and of accepted variants
+(``VARIANTS``): the check names a learner's mistake from the catalogue, and the tests iterate the same catalogue.
+Chapter 08's three records are named after its three exercises' sections (attention maps, position embeddings,
+deletion).
 
-What they share: ``core`` (``CheckFailed``, ``@check``, the ``Checker`` that runs learner code safely and compares
-outputs), ``messages`` (how values and errors are shown), ``modules`` (building, loading and probing nn.Module
-exercises), ``probes`` (the torch functions learner code calls, float16 calls, why it raised), ``slips`` (the usual
-attention slips and their hints), ``gradients`` (gradients flow through the learner's code) and ``rules`` (each
-exercise's list of rules, shared by its statement and its check).
+What they share: ``core`` (``CheckFailed``, ``@check``, the ``Checker`` that runs learner code safely, compares
+outputs and builds and loads nn.Module exercises; ``Slip``, ``COURSE_RULES``), ``messages`` (how values and errors
+are shown), ``modules`` (randomised norms, the dropout probe, the ``attention_weights`` test), ``probes`` (the torch
+functions learner code calls, float16 calls, why it raised), ``gradients`` (gradients flow through the learner's
+code) and ``wiring`` (dropout's wiring).
 """
 
-from .attention import SelfAttention, scaled_dot_product_attention
-from .attention_heads import MultiHeadAttention, merge_heads, split_heads
-from .batches import random_crop_flip
-from .blocks import MLP, DropPath, LayerNorm
-from .blocks_encoder import EncoderBlock
+from . import (
+    ch01_self_attention,
+    ch02_multi_head_attention,
+    ch03_encoder_block,
+    ch04_patch_embeddings,
+    ch05_vision_transformer,
+    ch06_train_mnist,
+    ch07_train_cifar10,
+    ch08_attention_maps,
+    ch08_deletion,
+    ch08_position_embeddings,
+    ch09_going_further,
+)
+from .ch01_self_attention import SelfAttention, scaled_dot_product_attention
+from .ch02_multi_head_attention import MultiHeadAttention, merge_heads, split_heads
+from .ch03_encoder_block import MLP, DropPath, EncoderBlock, LayerNorm
+from .ch04_patch_embeddings import PatchEmbedding, add_class_token_and_position, patchify, unpatchify
+from .ch05_vision_transformer import ViT, count_parameters
+from .ch06_train_mnist import evaluate, train_step, warmup_cosine
+from .ch07_train_cifar10 import pool_tokens, random_crop_flip
+from .ch08_attention_maps import attention_rollout, mean_attention_distance
+from .ch08_deletion import delete_patches
+from .ch08_position_embeddings import position_embedding_similarity
+from .ch09_going_further import resample_position_embeddings
+from .core import COURSE_RULES as COURSE_RULES
 from .core import CheckFailed
-from .embeddings import position_embedding_similarity
-from .faithfulness import delete_patches
-from .interpret import attention_rollout, mean_attention_distance
-from .patches import PatchEmbedding, add_class_token_and_position, patchify, unpatchify
-from .patches_resample import resample_position_embeddings
-from .train import evaluate, train_step, warmup_cosine
-from .vit import ViT, pool_tokens
-from .vit_counting import count_parameters
+
+RECORDS = (ch01_self_attention, ch02_multi_head_attention, ch03_encoder_block, ch04_patch_embeddings,
+           ch05_vision_transformer, ch06_train_mnist, ch07_train_cifar10, ch08_attention_maps,
+           ch08_position_embeddings, ch08_deletion, ch09_going_further)
+RULES = {name: rules for record in RECORDS for name, rules in getattr(record, "RULES", {}).items()}
+SLIPS = [slip for record in RECORDS for slip in getattr(record, "SLIPS", ())]
+VARIANTS = [variant for record in RECORDS for variant in getattr(record, "VARIANTS", ())]
 
 __all__ = [
     "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",

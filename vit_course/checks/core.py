@@ -6,15 +6,45 @@ exception, a wrong type, a NaN or a changed input becomes a ``CheckFailed`` that
 tried, what was expected and, when the output matches a known mistake, the likely cause.
 """
 
-import contextlib
 import functools
 import math
 import numbers
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from .messages import argument_names, changed, describe, error_hint, mentions, snapshot, where
-from .modules import ModuleChecks
+
+IN_PLACE = ("an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`): use the "
+            "out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
+PLAIN_NUMBER = "return a plain number: `.item()` turns a one-element tensor into one"
+COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
+    "inputs": "leaves its inputs unchanged",
+}
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A learner's mistake, written once in its exercise's record: ``impl`` a wrong implementation (called like the
+    learner's), ``rule`` the exercise's rule it breaks and ``hint`` the likely cause its check names. The check names
+    it by running ``impl`` on the input the learner's code failed (``Checker.named``); the tests feed ``impl`` to the
+    check and ask for ``rule`` and ``hint``."""
+
+    exercise: str
+    name: str
+    rule: str
+    hint: str
+    impl: object
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A correct implementation the statement allows, written in its exercise's record: its check must pass it."""
+
+    exercise: str
+    name: str
+    impl: object
 
 
 class CheckFailed(AssertionError):
@@ -35,7 +65,7 @@ def is_stub(error):
     return not error.args or (isinstance(error.args[0], str) and (not error.args[0] or error.args[0].isidentifier()))
 
 
-class Checker(ModuleChecks):
+class Checker:
     """The state of one check run: its name, the tests passed so far, the call being tested and the rule of the
     exercise being tested (``phase``), which a failure carries as ``CheckFailed.rule``."""
 
@@ -56,16 +86,6 @@ class Checker(ModuleChecks):
         """From here on the checks test the exercise's rule ``rule`` (a key of its list of rules)."""
         self.rule = rule
         return self
-
-    @contextlib.contextmanager
-    def uncounted(self):
-        """Tests added after a check's success line was published (the solution notebooks store it): they fail like
-        the others, and their rule counts as tested, but the number of tests on the success line stays."""
-        count = self._tests
-        try:
-            yield self
-        finally:
-            self._tests = count
 
     def fail(self, message, hint=None, rule=None):
         text = f"{self.name}: {message}"
@@ -116,8 +136,7 @@ class Checker(ModuleChecks):
         for arg, old, new in zip(names, before, values, strict=False):
             if changed(old, new):
                 self.fail(f"your code changed its input `{arg}` in place; it must leave its inputs as they were",
-                          "an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`)"
-                          ": use the out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy", "inputs")
+                          IN_PLACE, "inputs")
         return out
 
     def raises(self, fn, *args, why, hint=None, label=None, names=(), shapes=(), rule=None, **kwargs):
@@ -172,7 +191,10 @@ class Checker(ModuleChecks):
         return x
 
     def close(self, got, expected, what, hints=(), atol=1e-5, rtol=1e-4, shape_hints=()):
-        """Fail unless ``got`` matches the reference output; ``hints``: (hint, thunk giving a wrong output)."""
+        """Fail unless ``got`` matches the reference output; ``hints``: (hint, thunk giving a wrong output), which
+        also name an output of the wrong shape that one of them gives."""
+        if torch.is_tensor(got) and got.shape != expected.shape:
+            shape_hints = list(shape_hints) + [(got.shape, h) for h, wrong in hints if _same(got, wrong)]
         got = self.tensor(got, what, expected.shape, expected.dtype, shape_hints)
         got = got.detach().to(expected.device)
         if torch.allclose(got, expected, atol=atol, rtol=rtol):
@@ -192,16 +214,99 @@ class Checker(ModuleChecks):
         self.fail(f"wrong {what}: largest difference {diff.max().item():.3g} at index {index} "
                   f"(yours {got[index].item():.4g}, expected {expected[index].item():.4g})", hint)
 
+    @staticmethod
+    def named(slips, *args, **kwargs):
+        """(hint, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
+        return [(s.hint, functools.partial(s.impl, *args, **kwargs)) for s in slips]
+
+    @staticmethod
+    def diagnose(slips, same, run):
+        """The hint of the first slip whose output is ``same`` as the learner's, or None; ``run(impl)``: a slip's
+        output on the learner's input."""
+        for s in slips:
+            try:
+                if same(run(s.impl)):
+                    return s.hint
+            except Exception:  # a slip that does not apply to this input
+                continue
+        return None
+
     def number(self, x, what):
         """A real Python/numpy number (not a tensor), as float."""
         if torch.is_tensor(x):
             self.fail(f"{what} should be a Python number, got {describe(x)}",
-                      "return a plain number: `.item()` turns a one-element tensor into one")
+                      PLAIN_NUMBER)
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
-            self.fail(f"{what} should be a number, got {describe(x)}")
+            self.fail(f"{what} should be a number, got {describe(x)}", "a function without a `return` statement "
+                      "returns None: end it with `return ...`" if x is None else None)
         if not math.isfinite(float(x)):
             self.fail(f"{what} is {x}")
         return float(x)
+
+    # nn.Module exercises: build the learner's class, load the reference's weights by name, the attributes kept
+    def build(self, cls, *args, **kwargs):
+        """Instantiate the learner's class with the contract's constructor, in eval mode."""
+        if not isinstance(cls, type):
+            self.fail(f"expected your class {self.name} itself (not an instance or a function), got {describe(cls)}")
+        module = self.call(cls, *args, **kwargs)
+        if not isinstance(module, nn.Module):
+            self.fail(f"{cls.__name__}(...) should be an nn.Module", "subclass nn.Module: `class X(nn.Module):`")
+        return module.eval()
+
+    def load(self, module, reference, hints=(), rule="names"):
+        """Copy the reference's weights into the learner's module; names must be the contract's (timm's).
+
+        A Conv2d patch projection (D, C, P, P) is accepted in place of the Linear one (D, P*P*C).
+        ``hints``: (key, hint) pairs explaining a missing or extra name; the key is a substring of a
+        parameter name, or a function(missing, extra) -> bool. Failures here belong to ``rule``.
+        """
+        before = self.rule
+        self.phase(rule)
+        state, theirs = reference.state_dict(), module.state_dict()
+        missing, extra = [k for k in state if k not in theirs], [k for k in theirs if k not in state]
+        if missing or extra:
+            hint = next((h for key, h in hints if (key(missing, extra) if callable(key) else
+                                                   any(key in k for k in missing + extra))), None)
+            self.fail(f"the parameter names differ from the course's (timm's) names: "
+                      f"missing {missing[:6]}, unexpected {extra[:6]}", hint or
+                      "name the layers as the exercise does, so weights can be copied in and compared")
+        for key, value in state.items():
+            shape = tuple(theirs[key].shape)
+            if shape == tuple(value.shape):
+                continue
+            if len(shape) == 4 and value.ndim == 2 and shape[0] == value.shape[0] and math.prod(shape) == value.numel():
+                state[key] = value.reshape(shape[0], shape[2], shape[3], shape[1]).permute(0, 3, 1, 2)  # (D, C, P, P)
+                continue
+            self.fail(f"parameter `{key}` has shape {shape}, expected {tuple(value.shape)}")
+        module.load_state_dict(state)
+        self.tests += 1
+        self.rule = before
+        return module
+
+    def attributes(self, module, shown, expected, rule="attributes"):
+        """The attributes the statement asks ``module`` to keep: ``expected`` is [(name, value, hint)], where value
+        is the expected value or a class the attribute must be an instance of. ``shown``: how to name the module."""
+        before = self.rule
+        self.phase(rule)
+        for name, value, hint in expected:
+            got = getattr(module, name, None)
+            if isinstance(value, type):
+                self.ok(isinstance(got, value), f"{shown}.{name} should be an {value.__name__}, got {describe(got)}",
+                        hint)
+                continue
+            got = tuple(got) if isinstance(got, (list, tuple, torch.Size)) else got
+            self.ok(got == value, f"{shown}.{name} should be {value!r}, got {describe(got)}",
+                    hint or f"store it: self.{name} = {name} (later code reads it)")
+        self.rule = before
+
+
+def _same(got, wrong):
+    """True if the thunk ``wrong`` gives ``got`` (False if it raises)."""
+    try:
+        alt = wrong()
+        return alt.shape == got.shape and torch.allclose(got.detach().float(), alt.detach().float().to(got.device))
+    except Exception:
+        return False
 
 
 def not_done(name, error):
@@ -216,8 +321,9 @@ def not_done(name, error):
 def check(name):
     """Decorate ``body(checker, learner)`` into the check ``name(learner)``.
 
-    Passing prints one line and returns None; failing raises CheckFailed. The global RNG is left as
-    it was, so a check cell never changes the numbers of the cells after it.
+    Passing prints one line and returns None; failing raises CheckFailed. The global RNG and the grad mode are left
+    as they were (a learner's code that switched gradients off is reported, not left to break the next cell), so a
+    check cell never changes the numbers of the cells after it.
     """
     def decorate(body):
         @functools.wraps(body)
@@ -226,7 +332,7 @@ def check(name):
             if learner is None or not callable(learner):
                 checker.fail(f"expected your {name} (a function or class), got {describe(learner)}")
             try:
-                with torch.random.fork_rng(devices=[]):
+                with torch.random.fork_rng(devices=[]), torch.set_grad_enabled(torch.is_grad_enabled()):
                     torch.manual_seed(0)
                     body(checker, learner)
             except CheckFailed:
@@ -239,7 +345,7 @@ def check(name):
                 checker.fail(f"could not check your output: {type(error).__name__}: {error}{where(error)}")
             finally:
                 run.rules_seen = checker.rules_seen  # the rules this run tested (the checks' own tests read them)
-            print(f"✔ {name}: passed {checker.tests} tests")
+            print(f"✔ {name}: passed")
         run.__doc__ = f"Check your ``{name}``. " + (body.__doc__ or "")
         return run
     return decorate

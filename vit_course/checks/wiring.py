@@ -72,7 +72,7 @@ def traced(module, x, **kwargs):
 def dropout_wiring(c, model, reference, x, label, places, hint):
     """In training mode, ``model`` must apply the reference's dropouts (probability and shape) and, made
     deterministic, give its output. ``places``: {(p, shape): what the statement calls that dropout}; ``hint``: how
-    to wire them. One test: the checks call it inside ``Checker.uncounted``, so their success lines stay."""
+    to wire them. One test."""
     expected, trace = traced(reference, x)
     c._try(model, (x,), {}, f"{label} in training mode")
     try:

@@ -1,5 +1,5 @@
-"""Checks of vit_course/patches.py's chapter-04 exercises: patchify, unpatchify, PatchEmbedding and
-add_class_token_and_position."""
+"""Chapter 04's exercises: patchify, unpatchify, PatchEmbedding and add_class_token_and_position: checks
+and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -103,10 +103,9 @@ def _unpatchify_errors(c, fn, g):
              why="a 10x10 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
     c.raises(fn, patches[0], 4, 8, hint=hint, rule="error-ndim", why="patches of shape (4, 48) have no batch axis")
     c.raises(fn, patches[None], 4, 8, hint=hint, rule="error-ndim", why="patches of shape (1, 2, 4, 48) are 4-D")
-    with c.uncounted():  # 4-D, yet its axis 1 and its last axis fit the other rules: only the 3-D rule rejects it
-        c.raises(fn, patches[:, :, None], 4, 8, rule="error-ndim", why="patches of shape (2, 4, 1, 48) are 4-D",
-                 hint="check `patches.ndim == 3` first: reading the sizes by index (shape[0], shape[1], shape[-1]) "
-                 "lets a 4-D tensor through")
+    c.raises(fn, patches[:, :, None], 4, 8, rule="error-ndim", why="patches of shape (2, 4, 1, 48) are 4-D",
+             hint="check `patches.ndim == 3` first: reading the sizes by index (shape[0], shape[1], shape[-1]) "
+             "lets a 4-D tensor through")
     c.raises(fn, patches, 4, 12, hint=hint, rule="error-length", why="4 patches of 4x4 cannot make a 12x12 image "
              "(it has 9)")
     c.raises(fn, torch.randn(2, 4, 40, generator=g), 4, 8, hint=hint, rule="error-width",
@@ -137,10 +136,10 @@ def PatchEmbedding(c, cls):
                     [(hint, lambda pat=pattern: proj(_wrong_patchify(images, p, pat))) for hint, pattern in ORDERS],
                     shape_hints=[((b, dim, size // p, size // p), "this is a Conv2d's (b, dim, gh, gw) feature map: "
                                   "flatten it to (b, gh*gw, dim), 'b d h w -> b (h w) d'")])
-        with c.phase("names").uncounted():
-            c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
-                 f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
-                 "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
+        c.phase("names")
+        c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
+             f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
+             "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
         c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["images"], label=shown), lambda t: reference(t["images"]),
                       dict(images=images), model, reference)
@@ -218,3 +217,40 @@ def add_class_token_and_position(c, fn):
                       (7, "pos_embed (1, 7, 6) has 7 rows for 5 tokens (slicing it would hide the mismatch)")):
         c.raises(fn, tokens, cls_token, torch.randn(1, rows, 6, generator=g), hint=hint, why=why, rule="error",
                  shapes=[(1, rows, 6), [(2, 4, 6), (2, 5, 6)]])
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "patchify": {
+        "output": "patches row by row from the top-left, each flattened in `(p1 p2 c)` order",
+        "error-ndim": "raise `ValueError` when `images` is not 4-dimensional",
+        "error-sides": "when $H$ or $W$ is not divisible by $P$",
+        "gradient": "**Gradients** flow back to `images`",
+    },
+    "unpatchify": {
+        "output": "`unpatchify(patchify(x, P), P, x.shape[-2:])` equal to `x`",
+        "image-size": "either an int $H$ (square images) or a pair $(H, W)$",
+        "error-sides": "`ValueError` when the sides aren't divisible by $P$",
+        "error-ndim": "not 3-dimensional",
+        "error-length": "its length is not $(H/P)(W/P)$",
+        "error-width": "its width is not a multiple of $P^2$",
+        "gradient": "**Gradients** flow back to `patches`",
+    },
+    "PatchEmbedding": {
+        "attributes": "stores `image_size` as a pair (use `to_pair`), `patch_size` (one int $P$) and `in_channels`, "
+                      "the grid `grid_size` (rows, columns) and `num_patches` $N$",
+        "names": "creates `proj = nn.Linear(P*P*in_channels, dim)`",
+        "output": "returns tokens $(b, N, D)$",
+        "error-init": "It raises `ValueError` when $P$ does not divide both sides",
+        "error-shape": "raises `ValueError` when the images don't have the shape the module was built for",
+        "gradient": "Gradients flow back to the images and to `proj`",
+    },
+    "add_class_token_and_position": {
+        "output": "the class token in front of every sequence, then the position embeddings added",
+        "no-class-token": "or `None` for a model without one",
+        "error": "`ValueError` when `pos_embed` doesn't fit the token sequence (too few rows, too many, or one row "
+                 "that would broadcast), naming both shapes",
+        "gradient": "**Gradients** flow back to `tokens`, `cls_token` and `pos_embed`",
+    },
+}

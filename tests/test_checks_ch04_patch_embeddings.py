@@ -1,6 +1,5 @@
-"""The checks of vit_course/checks/patches.py (chapter 04: patchify, unpatchify, PatchEmbedding,
-add_class_token_and_position) catch the usual mistakes and accept correct variants.
-"""
+"""Chapter 04's checks (patchify, unpatchify, PatchEmbedding, add_class_token_and_position) catch the usual
+mistakes and accept correct variants."""
 
 import math
 
@@ -36,18 +35,6 @@ def patchify_F_unfold(images, p):
     return F.unfold(images, p, stride=p).transpose(1, 2)  # (b, N, c*p*p): channels first
 
 
-@pytest.mark.parametrize("impl, hint", [
-    (lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else rearrange(
-        x, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p), "channels-first"),
-    (patchify_F_unfold, "channels-first"),
-    (lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)", p1=p, p2=p), "column by column"),
-    (lambda x, p: F.unfold(x, p, stride=p), "F.unfold's"),
-    (patchify_silent, "not divisible"),
-])
-def test_patchify_rejects(impl, hint):
-    rejects(checks.patchify, impl, hint)
-
-
 @pytest.mark.parametrize("impl", [ref.patchify, patchify_unfold])
 def test_patchify_accepts(impl, capsys):
     accepts(checks.patchify, impl, capsys)
@@ -69,15 +56,6 @@ def unpatchify_columns(patches, p, size):
 
 def unpatchify_no_grid(patches, p, size):
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p)  # h and w left to einops
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (unpatchify_columns, "column by column"),
-    (unpatchify_no_grid, r"Could not infer sizes(.|\n)*likely cause: einops splits an axis in two only when"),
-    (lambda q, p, s: unpatchify_reshape(q, p, s).permute(0, 2, 3, 1), r"\(b, H, W, c\)"),
-])
-def test_unpatchify_rejects(impl, hint):
-    rejects(checks.unpatchify, impl, hint)
 
 
 @pytest.mark.parametrize("impl", [ref.unpatchify, unpatchify_reshape])
@@ -113,12 +91,6 @@ class PatchEmbeddingMap(PatchEmbeddingConv):
         return self.proj(images)
 
 
-@pytest.mark.parametrize("impl, hint", [(PatchEmbeddingChannelsFirst, "channels-first"),
-                                        (PatchEmbeddingMap, "Conv2d's")])
-def test_patch_embedding_rejects(impl, hint):
-    rejects(checks.PatchEmbedding, impl, hint)
-
-
 @pytest.mark.parametrize("impl", [ref.PatchEmbedding])
 def test_patch_embedding_accepts(impl, capsys):
     accepts(checks.PatchEmbedding, impl, capsys)
@@ -139,32 +111,9 @@ def embed_inplace(tokens, cls_token, pos_embed):
     return embed_ok(tokens, cls_token, pos_embed)
 
 
-@pytest.mark.parametrize("impl, hint", [
-    (lambda t, c, p: torch.cat([t, c.expand(len(t), -1, -1)], 1) + p, "appended"),
-    (lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1), "position embeddings are missing"),
-    (lambda t, c, p: torch.cat([c, t], 1) + p, "raised RuntimeError"),
-    (lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1) + p, "raised AttributeError"),
-    (embed_inplace, "changed its input `tokens` in place"),
-])
-def test_class_token_rejects(impl, hint):
-    rejects(checks.add_class_token_and_position, impl, hint)
-
-
 @pytest.mark.parametrize("impl", [ref.add_class_token_and_position, embed_ok])
 def test_class_token_accepts(impl, capsys):
     accepts(checks.add_class_token_and_position, impl, capsys)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p), "10 is not divisible by 4\\): "
-     "expected a ValueError, your code raised EinopsError"),
-    (lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1), r"no batch axis: expected a ValueError, your "
-     r"code returned tensor\(1,\)"),
-    (lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else x.reshape(len(x), -1, p * p * x.shape[1]),
-     "the image was only reshaped"),
-])
-def test_patchify_rejects_more(impl, hint):
-    rejects(checks.patchify, impl, hint)
 
 
 def unpatchify_no_check(patches, p, size):
@@ -175,16 +124,6 @@ def unpatchify_no_check(patches, p, size):
 def unpatchify_square_guess(patches, p, size):
     """Ignores image_size: a grid of isqrt(N) rows, right for square images only."""
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1]), "height and width are swapped"),
-    (unpatchify_square_guess, "or the grid was guessed from the number of patches"),
-    (unpatchify_no_check, r"cannot be cut into 4x4 patches \(10 is not divisible by 4\): expected a ValueError, your "
-                          r"code raised EinopsError"),
-])
-def test_unpatchify_rejects_more(impl, hint):
-    rejects(checks.unpatchify, impl, hint)
 
 
 class PatchEmbeddingNoBias(ref.PatchEmbedding):
@@ -210,16 +149,6 @@ class PatchEmbeddingNoGrid(PatchEmbeddingNoShapeCheck):
         del self.grid_size
 
 
-@pytest.mark.parametrize("impl, hint", [
-    (PatchEmbeddingNoBias, "the projection has a bias"),
-    (PatchEmbeddingNoShapeCheck, "images of 12x16 pixels given to a model built for 8x12 .*: expected a ValueError, "
-                                 "your code returned tensor\\(2, 12, 10\\)"),
-    (PatchEmbeddingNoGrid, r"PatchEmbedding\(8, 4, 3, 10\).grid_size should be \(2, 2\), got None"),
-])
-def test_patch_embedding_rejects_more(impl, hint):
-    rejects(checks.PatchEmbedding, impl, hint)
-
-
 def test_patch_embedding_rejects_an_image_size_that_is_not_a_pair():
     rejects(checks.PatchEmbedding, type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {}), "image_size")
 
@@ -228,20 +157,6 @@ def embed_no_check(tokens, cls_token, pos_embed):
     if cls_token is not None:
         tokens = torch.cat([cls_token.expand(len(tokens), -1, -1), tokens], 1)
     return tokens + pos_embed
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1) + p[:, -1:], t + p[:, :-1]], 1),
-     "the positions are shifted"),
-    (lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1), t + p[:, :-1]], 1),
-     "the class token got no position and the patches got rows 0..N-1"),
-    (embed_no_check, r"no row for the class token: expected a ValueError, your code raised RuntimeError"),
-    (lambda t, c, p: embed_ok(t, c, p) if p.shape[1] != 1 else embed_no_check(t, c, p),
-     r"pos_embed \(1, 1, 6\) has one row, not 5 \(broadcasting would add that row to every token\): expected a "
-     r"ValueError, your code returned tensor\(2, 5, 6\)"),
-])
-def test_class_token_rejects_more(impl, hint):
-    rejects(checks.add_class_token_and_position, impl, hint)
 
 
 def patchify_detached(images, p):
@@ -401,4 +316,49 @@ SLIPS = [
     slip("add_class_token_and_position", "gradient", "pos_data", embed_slip("pos_data"),
          r"no gradient reaches `pos_embed`(.|\n)*pos_embed.data"),
     slip("add_class_token_and_position", "inputs", "plus_equals", embed_inplace, "changed its input `tokens` in place"),
+]
+
+
+# folded from the parametrized tests: each rejected under the rule the check blames
+SLIPS += [
+    slip("patchify", "output", "patchify_rejects_0",
+         lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else rearrange(
+        x, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p),
+         "channels-first"),
+    slip("patchify", "output", "patchify_rejects_3", lambda x, p: F.unfold(x, p, stride=p), "F.unfold's"),
+    slip("unpatchify", "output", "unpatchify_rejects_1", unpatchify_no_grid,
+         r"Could not infer sizes(.|\n)*likely cause: einops splits an axis in two only when"),
+    slip("unpatchify", "output", "unpatchify_rejects_2",
+         lambda q, p, s: unpatchify_reshape(q, p, s).permute(0, 2, 3, 1),
+         r"\(b, H, W, c\)"),
+    slip("add_class_token_and_position", "output", "class_token_rejects_1",
+         lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1),
+         "position embeddings are missing"),
+    slip("add_class_token_and_position", "output", "class_token_rejects_2", lambda t, c, p: torch.cat([c, t], 1) + p,
+         "raised RuntimeError"),
+    slip("add_class_token_and_position", "no-class-token", "class_token_rejects_3",
+         lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1) + p,
+         "raised AttributeError"),
+    slip("patchify", "error-sides", "patchify_rejects_more_0",
+         lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p),
+         "10 is not divisible by 4\\): "
+     "expected a ValueError, your code raised EinopsError"),
+    slip("patchify", "output", "patchify_rejects_more_2",
+         lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else x.reshape(len(x), -1, p * p * x.shape[1]),
+         "the image was only reshaped"),
+    slip("unpatchify", "output", "unpatchify_rejects_more_0",
+         lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1]),
+         "height and width are swapped"),
+    slip("unpatchify", "output", "unpatchify_rejects_more_1", unpatchify_square_guess,
+         "or the grid was guessed from the number of patches"),
+    slip("add_class_token_and_position", "output", "class_token_rejects_more_0",
+         lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1) + p[:, -1:], t + p[:, :-1]], 1),
+         "the positions are shifted"),
+    slip("add_class_token_and_position", "output", "class_token_rejects_more_1",
+         lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1), t + p[:, :-1]], 1),
+         "the class token got no position and the patches got rows 0..N-1"),
+    slip("add_class_token_and_position", "error", "class_token_rejects_more_3",
+         lambda t, c, p: embed_ok(t, c, p) if p.shape[1] != 1 else embed_no_check(t, c, p),
+         r"pos_embed \(1, 1, 6\) has one row, not 5 \(broadcasting would add that row to every token\): expected a "
+     r"ValueError, your code returned tensor\(2, 5, 6\)"),
 ]

@@ -1,6 +1,4 @@
-"""The checks of vit_course/checks/vit.py (chapter 05: ViT; chapter 07: pool_tokens) catch the usual mistakes and
-accept correct variants.
-"""
+"""Chapter 05's checks (ViT, count_parameters) catch the usual mistakes and accept correct variants."""
 
 import pytest
 import torch
@@ -8,12 +6,11 @@ from torch import nn
 
 import vit_course as ref
 from vit_course import checks, pool_tokens
-from vit_course.checks import CheckFailed
 from vit_course.hybrid import hybrid_stem
 from vit_course.patches import to_pair
 
 from .check_helpers import accepts, rejects, slip
-from .test_checks_patches import PatchEmbeddingConv
+from .test_checks_ch04_patch_embeddings import PatchEmbeddingConv
 
 
 class ViTParts(nn.Module):
@@ -83,34 +80,9 @@ def vit_with(mistake):
                                                                                           mistake=mistake)})
 
 
-@pytest.mark.parametrize("mistake, hint", [("append", "appended"), ("nopos", "position embeddings are missing"),
-                                           ("nonorm", "final LayerNorm"), ("mean", "mean of the patch tokens")])
-def test_vit_rejects(mistake, hint):
-    rejects(checks.ViT, vit_with(mistake), hint)
-
-
 @pytest.mark.parametrize("impl", [ref.ViT, ViTParts])
 def test_vit_accepts(impl, capsys):
     accepts(checks.ViT, impl, capsys)
-
-
-@pytest.mark.parametrize("mistake, hint", [
-    ("sincos_param", r"with pos_embed='sincos' the position table is an nn.Parameter: 1,088 trainable parameters too "
-                     r"many \(\+1,088\)(.|\n)*register_buffer"),
-    ("sincos_zero_last", "the class token's zero row goes in front"),
-    ("sincos_zero_always", r"with pool='mean' and class_token=None there is no class token, so no zero row"),
-    ("options_ignored", "qkv_bias=False: pass qkv_bias on to every EncoderBlock"),
-    ("mean_all", "mean pooling averages the class token in with the patches"),
-    ("cls_always", "with pool='mean' and class_token=None there is no class token"),
-    ("rates_depth", r"drop-path rates are \[0.0, 0.075, 0.15, 0.225\], expected \[0.0, 0.1, 0.2, 0.3\](.|\n)*"
-                    r"divide by depth - 1"),
-    ("rates_same", "every block gets the same rate"),
-    ("no_max", "raised ZeroDivisionError"),
-    ("cls_random", "cls_token should be zeros"),
-    ("pos_std1", r"pos_embed should be small random numbers \(std 0.02\)"),
-])
-def test_vit_rejects_more(mistake, hint):
-    rejects(checks.ViT, vit_with(mistake), hint)
 
 
 class ViTRenamed(ViTParts):
@@ -140,56 +112,11 @@ class ViTInlineEmbed(ViTParts):
         return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
 
 
-def test_pool_tokens_reference_and_variants_pass(capsys):
-    checks.pool_tokens(pool_tokens)
-
-    def einsum_mean(x, pool="cls", num_prefix_tokens=1):
-        if pool not in ("cls", "mean") or (pool == "cls" and num_prefix_tokens == 0):
-            raise ValueError(f"cannot pool {pool!r} with {num_prefix_tokens} class tokens")
-        if pool == "cls":
-            return x.select(1, 0)
-        patches = x[:, num_prefix_tokens:]
-        return torch.einsum("bnd->bd", patches) / patches.shape[1]
-
-    checks.pool_tokens(einsum_mean)
-    assert capsys.readouterr().out.count("✔ pool_tokens: passed") == 2
-
-
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x.mean(1), "includes the class token"),
-    (lambda x, pool="cls", k=1: x[:, -1] if pool == "cls" else x[:, k:].mean(1), "last token"),
-    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, 1:].mean(1), "whatever num_prefix_tokens"),
-    (lambda x, pool="cls", k=1: x[:, k:].mean(1), "read the class token"),
-    (lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x[:, k:].mean(2), "over the tokens"),
-    (lambda x, pool="cls", k=1: x[:, :1] if pool == "cls" else x[:, k:].mean(1, keepdim=True), "token axis"),
-])
-def test_pool_tokens_mistakes_are_named(wrong, hint):
-    with pytest.raises(CheckFailed, match=hint):
-        checks.pool_tokens(wrong)
-
-
 def test_pool_tokens_reference_rejects_bad_pool():
     with pytest.raises(ValueError, match="'max'"):
         pool_tokens(torch.zeros(1, 3, 2), "max")
     with pytest.raises(ValueError, match="class token"):
         pool_tokens(torch.zeros(1, 3, 2), "cls", 0)
-
-
-def no_checks(x, pool="cls", num_prefix_tokens=1):
-    return x[:, 0] if pool == "cls" else x[:, num_prefix_tokens:].mean(1)
-
-
-def test_pool_tokens_missing_value_errors_are_named():
-    with pytest.raises(CheckFailed, match="pool='cls' with num_prefix_tokens=0: there is no class token to read: "
-                                          r"expected a ValueError, your code returned tensor\(2, 3\)"):
-        checks.pool_tokens(no_checks)
-    with pytest.raises(CheckFailed, match="pool='max' is neither 'cls' nor 'mean': expected a ValueError"):
-        checks.pool_tokens(lambda x, pool="cls", k=1: pool_tokens(x, "mean" if pool == "max" else pool, k))
-
-
-def pool_in_place(x, pool="cls", num_prefix_tokens=1):
-    x -= x.mean(1, keepdim=True)  # "centre the tokens", in the caller's tensor
-    return pool_tokens(x, pool, num_prefix_tokens)
 
 
 # the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
@@ -215,12 +142,120 @@ SLIPS = [
     slip("ViT", "gradient", "embed_detached", vit_with("embed_detached"),
          r"no gradient reaches `patch_embed.proj.weight`(.|\n)*x.detach\(\)"),
     slip("ViT", "inputs", "centred", vit_with("in_place"), "changed its input `images` in place"),
-    slip("pool_tokens", "output", "with_class_token",
-         lambda x, pool="cls", k=1: x[:, 0] if pool == "cls" else x.mean(1), "includes the class token"),
-    slip("pool_tokens", "output", "last_token",
-         lambda x, pool="cls", k=1: x[:, -1] if pool == "cls" else x[:, k:].mean(1), "last token"),
-    slip("pool_tokens", "error", "no_checks", no_checks, "there is no class token to read: expected a ValueError"),
-    slip("pool_tokens", "gradient", "detach", lambda x, pool="cls", k=1: pool_tokens(x.detach(), pool, k),
-         "carries no gradient"),
-    slip("pool_tokens", "inputs", "centred", pool_in_place, "changed its input `x` in place"),
+]
+
+
+def given(image_size, in_channels, stem_channels):
+    """What the stub's given lines compute: the stem's parameters, then the channels and size patches are cut from."""
+    channels, (height, width), stem = in_channels, to_pair(image_size), 0
+    for c_out in stem_channels or ():
+        stem += 9 * channels * c_out + 2 * c_out
+        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
+    return stem, channels, height, width
+
+
+def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=None, final_norm=True, patch_bias=True):
+    def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                         pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
+                         stem_channels=None, **_):
+        k = int(pool == "cls" if class_token is None else class_token) if cls_token else 0
+        stem, channels, height, width = given(image_size, in_channels, stem_channels)
+        stem = 0 if stem_slip == "no_stem" else stem
+        channels = in_channels if stem_slip == "in_channels" else channels
+        height, width = to_pair(image_size) if stem_slip == "image_size" else (height, width)
+        hidden = int(dim * mlp_ratio)
+        n = (height // patch_size) ** 2 if stem_slip == "square" else (height // patch_size) * (width // patch_size)
+        block = (4 * dim * dim + 2 * dim * hidden + biases * (2 * dim + qkv_bias * 3 * dim + hidden) + norms * 4 * dim
+                 + 2 * dim * bool(init_values))
+        return (stem + patch_size ** 2 * channels * dim + biases * patch_bias * dim + k * dim
+                + (n + k) * dim * (pos_embed == "learned") + depth * block + norms * final_norm * 2 * dim
+                + dim * num_classes
+                + head_bias * num_classes)
+    return count_parameters
+
+
+def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                    pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
+                    stem_channels=None):
+    linear = lambda i, o, bias=True: i * o + o * bias  # noqa: E731
+    k = int(pool == "cls" if class_token is None else class_token)
+    stem, in_channels, height, width = given(image_size, in_channels, stem_channels)
+    hidden, n = int(dim * mlp_ratio), (height // patch_size) * (width // patch_size)
+    block = (2 * 2 * dim + linear(dim, 3 * dim, qkv_bias) + linear(dim, dim) + linear(dim, hidden)
+             + linear(hidden, dim) + (2 * dim if init_values else 0))
+    positions = (n + k) * dim if pos_embed == "learned" else 0
+    return stem + linear(patch_size ** 2 * in_channels, dim) + k * dim + positions + depth * block + 2 * dim + linear(
+        dim, num_classes)
+
+
+@pytest.mark.parametrize("impl, hint", [(count(final_norm=False), "the final LayerNorm"),
+                                        (count(patch_bias=False), "the patch projection's bias")])
+def test_count_parameters_names_every_slip_that_leaves_out_as_many(impl, hint):
+    """The final norm (2D) leaves out as much as the class token with its position row, the patch projection's
+    bias (D) as much as the class token alone: the hint names each candidate, not only the first."""
+    rejects(checks.count_parameters, impl, f"one of these(.|\\n)*{hint}")
+
+
+@pytest.mark.parametrize("impl", [ref.count_parameters, count(), count_by_layers])
+def test_count_parameters_accepts(impl, capsys):
+    accepts(checks.count_parameters, impl, capsys)
+
+
+def count_float(**cfg):
+    return float(ref.count_parameters(**cfg))
+
+
+# the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
+SLIPS += [
+    slip("count_parameters", "output", "no_cls", count(cls_token=False), "class token"),
+    slip("count_parameters", "int", "float", count_float, "the count should be an int, got float"),
+    slip("count_parameters", "formula", "built", lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters()),
+         r"your count called torch \d+ times for ViT-B/16(.|\n)*count by formula"),
+    slip("count_parameters", "output", "no_stem", count(stem_slip="no_stem"), "the stem's parameters are not counted"),
+    slip("count_parameters", "output", "in_channels_after_stem", count(stem_slip="in_channels"),
+         r"use `channels` \(the stem's last width\), not in_channels"),
+    slip("count_parameters", "output", "image_size_after_stem", count(stem_slip="image_size"),
+         "count N from `height` and `width`, not image_size"),
+    slip("count_parameters", "output", "square_n", count(stem_slip="square"), "N counts the patches of a square"),
+]
+
+
+# folded from the parametrized tests: each rejected under the rule the check blames
+SLIPS += [
+    slip("ViT", "embed", "vit_rejects_1", vit_with("nopos"), "position embeddings are missing"),
+    slip("ViT", "output", "vit_rejects_3", vit_with("mean"), "mean of the patch tokens"),
+    slip("ViT", "sincos", "vit_rejects_more_1", vit_with("sincos_zero_last"),
+         "the class token's zero row goes in front"),
+    slip("ViT", "sincos", "vit_rejects_more_2", vit_with("sincos_zero_always"),
+         r"with pool='mean' and class_token=None there is no class token, so no zero row"),
+    slip("ViT", "names", "vit_rejects_more_3", vit_with("options_ignored"),
+         "qkv_bias=False: pass qkv_bias on to every EncoderBlock"),
+    slip("ViT", "sincos", "vit_rejects_more_5", vit_with("cls_always"),
+         "with pool='mean' and class_token=None there is no class token"),
+    slip("ViT", "drop_path", "vit_rejects_more_6", vit_with("rates_depth"),
+         r"drop-path rates are \[0.0, 0.075, 0.15, 0.225\], expected \[0.0, 0.1, 0.2, 0.3\](.|\n)*"
+                    r"divide by depth - 1"),
+    slip("ViT", "output", "vit_rejects_more_8", vit_with("no_max"), "raised ZeroDivisionError"),
+    slip("ViT", "initial", "vit_rejects_more_10", vit_with("pos_std1"),
+         r"pos_embed should be small random numbers \(std 0.02\)"),
+    slip("count_parameters", "output", "count_parameters_rejects_1", count(biases=False), "biases"),
+    slip("count_parameters", "output", "count_parameters_rejects_2", count(norms=False), "LayerNorms"),
+    slip("count_parameters", "output", "count_parameters_rejects_3", count(head_bias=False), "head's bias"),
+    slip("count_parameters", "output", "count_parameters_rejects_4", lambda **cfg: float("nan"), "is nan"),
+    slip("count_parameters", "output", "count_parameters_rejects_5", lambda **cfg: torch.tensor(5), r"\.item\(\)"),
+    slip("count_parameters", "output", "count_parameters_rejects_more_0",
+         lambda **cfg: count()(**{**cfg, "pos_embed": "learned"}),
+         "a sin-cos position table is a buffer"),
+    slip("count_parameters", "output", "count_parameters_rejects_more_1",
+         lambda **cfg: count()(**{**cfg, "class_token": True}),
+         "with pool='mean' there is no class token unless"),
+    slip("count_parameters", "output", "count_parameters_rejects_more_2",
+         lambda **cfg: count()(**{**cfg, "class_token": None}),
+         "class_token=True adds a class token"),
+    slip("count_parameters", "output", "count_parameters_rejects_more_3",
+         lambda **cfg: count()(**{**cfg, "qkv_bias": True}),
+         "qkv_bias=False: the qkv layers have no bias"),
+    slip("count_parameters", "output", "count_parameters_rejects_more_4",
+         lambda **cfg: count()(**{**cfg, "init_values": None}),
+         "two LayerScales"),
 ]

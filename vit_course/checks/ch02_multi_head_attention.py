@@ -1,5 +1,5 @@
-"""Checks of vit_course/attention.py's chapter-02 exercises: split_heads, merge_heads and MultiHeadAttention (heads,
-dropout in and out of training, bad input)."""
+"""Chapter 02's exercises: split_heads, merge_heads and MultiHeadAttention (heads, dropout in and out of
+training, bad input): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -10,10 +10,10 @@ from einops import rearrange
 from torch import nn
 
 from .. import attention as ref
+from .ch01_self_attention import INTERLEAVED, INVERTED, NO_SCALE, NO_TRANSPOSE, WRONG_AXIS, attention, random_mask
 from .core import check
 from .gradients import gradient_flow
 from .modules import check_attention_weights, check_dropout
-from .slips import INTERLEAVED, INVERTED, NO_SCALE, NO_TRANSPOSE, WRONG_AXIS, attention, random_mask
 from .wiring import dropout_wiring
 
 SPLIT_CASES = ((2, 5, 12, 3), (1, 1, 6, 2), (3, 7, 15, 5), (2, 4, 8, 1), (2, 3, 8, 8))
@@ -157,14 +157,14 @@ def MultiHeadAttention(c, cls):
                       dict(x=x), model, reference)
     _dropout(c, cls, g)
     _bad_input(c, cls, g)
-    with c.phase("names").uncounted():  # qkv_bias=False: a qkv without bias, the same output otherwise
-        reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
-        model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
-            ("qkv.bias", "qkv_bias=False seems ignored: qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)")])
-        x = torch.randn(2, 5, 12, generator=g)
-        with torch.no_grad():
-            c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
-                    "output with qkv_bias=False")
+    c.phase("names")  # qkv_bias=False: a qkv without bias, the same output otherwise
+    reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
+    model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
+        ("qkv.bias", "qkv_bias=False seems ignored: qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)")])
+    x = torch.randn(2, 5, 12, generator=g)
+    with torch.no_grad():
+        c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
+                "output with qkv_bias=False")
 
 
 def _attributes(c, model, label, dim, heads):
@@ -184,6 +184,8 @@ def _split_qkv(c, model, reference, x, label):
         c.fail(f"{type(model).__name__} has no method split_qkv", "write split_qkv(x) -> q, k, v as the exercise "
                "asks: forward and attention_weights both start with it")
     got = c.call(method, x, label=f"{label}.split_qkv")
+    if torch.is_tensor(got) and got.ndim == 5 and len(got) == 3:  # (3, b, h, n, d): unpacks as q, k, v too
+        got = got.unbind(0)
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         c.fail(f"split_qkv should return three tensors q, k, v, got {type(got).__name__}",
                "`.unbind(0)` turns the (3, b, h, n, d) tensor into three")
@@ -210,8 +212,7 @@ def _dropout(c, cls, g):
         with torch.no_grad():
             check_dropout(c, model, x, reference(x), f"with {key}=0.5", eval_hint, train_hint, label)
         shape = (2, heads, 6, 6) if key == "attn_drop" else (2, 6, dim)
-        with c.uncounted():
-            dropout_wiring(c, model, reference, x, label, {(0.5, shape): f"{key}=0.5 {WHERE[key][0]}"}, WHERE[key][1])
+        dropout_wiring(c, model, reference, x, label, {(0.5, shape): f"{key}=0.5 {WHERE[key][0]}"}, WHERE[key][1])
         with torch.no_grad():
             if key == "attn_drop" and callable(getattr(model, "attention_weights", None)):
                 model.train()
@@ -236,3 +237,30 @@ def _bad_input(c, cls, g):
             c.raises(model.split_qkv, x, why=why, label="MultiHeadAttention(12, 3).split_qkv", hint=hint,
                      shapes=[tuple(x.shape)], rule="error-shape")
             c.raises(model, x, why=why, label="MultiHeadAttention(12, 3)", hint=hint)
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "split_heads": {
+        "output": "head $i$ owning the $i$-th contiguous block of $d$ features",
+        "error": "Raise a `ValueError` naming both numbers",
+        "gradient": "Gradients flow back to `x`",
+    },
+    "merge_heads": {
+        "output": "`(b, h, n, d)` becomes `(b, n, h*d)`",
+        "gradient": "Gradients flow back to `x`",
+    },
+    "MultiHeadAttention": {
+        "attributes": "store `dim`, `num_heads` and `head_dim = dim // num_heads`",
+        "names": "create `qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)`",
+        "split_qkv": "split the `qkv` output into queries, keys and values of shape `(b, h, n, d)` each",
+        "output": "Then merge the heads and apply `proj` and `proj_drop`. Returns `(b, n, dim)`",
+        "mask": "attn_mask=mask",
+        "attention_weights": "`attention_weights(x, mask=None)`: the weights `(b, h, n, n)`",
+        "dropout": "only in training mode",
+        "error-dim": "raise a `ValueError` if `dim` is not divisible by `num_heads`",
+        "error-shape": "raise a `ValueError` naming the shape otherwise",
+        "gradient": "Gradients flow back to `x`, `qkv` and `proj`",
+    },
+}

@@ -1,6 +1,5 @@
-"""The checks of vit_course/checks/blocks.py (chapter 03: MLP, LayerNorm, DropPath) catch the usual mistakes and
-accept correct variants.
-"""
+"""Chapter 03's checks (MLP, LayerNorm, DropPath, EncoderBlock) catch the usual mistakes and accept correct
+variants."""
 
 import math
 
@@ -10,9 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import vit_course as ref
-from vit_course import checks
+from vit_course import MLP, MultiHeadAttention, checks
 
-from .check_helpers import accepts, rejects, slip
+from .check_helpers import accepts, slip
 
 
 def subclass(base, forward, name=None, **attrs):
@@ -35,16 +34,6 @@ class MLPNames(nn.Module):
     def __init__(self, dim, hidden_dim):
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (subclass(ref.MLP, lambda self, x: self.fc2(F.relu(self.fc1(x)))), "ReLU"),
-    (subclass(ref.MLP, lambda self, x: self.fc2(F.gelu(self.fc1(x), approximate="tanh"))), "tanh approximation"),
-    (subclass(ref.MLP, lambda self, x: self.fc2(self.fc1(x))), "no activation"),
-    (MLPNames, "fc1"),
-])
-def test_mlp_rejects(impl, hint):
-    rejects(checks.MLP, impl, hint)
 
 
 @pytest.mark.parametrize("impl", [ref.MLP, MLPErf])
@@ -80,18 +69,6 @@ class LayerNormNoParams(nn.Module):
         super().__init__()
 
 
-@pytest.mark.parametrize("impl, hint", [
-    (subclass(ref.LayerNorm, ln_forward(unbiased=True)), "unbiased variance"),
-    (subclass(ref.LayerNorm, ln_forward(eps_outside=True)), "inside the square root"),
-    (subclass(ref.LayerNorm, ln_forward(affine=False)), "weight and bias are not applied"),
-    (subclass(ref.LayerNorm, ln_forward(eps=1e-5)), "eps seems ignored"),
-    (subclass(ref.LayerNorm, ln_forward(axis=0)), "wrong axis"),
-    (LayerNormNoParams, "`weight`"),
-])
-def test_layernorm_rejects(impl, hint):
-    rejects(checks.LayerNorm, impl, hint)
-
-
 @pytest.mark.parametrize("impl", [ref.LayerNorm, LayerNormRsqrt, LayerNormF])
 def test_layernorm_accepts(impl, capsys):
     accepts(checks.LayerNorm, impl, capsys)
@@ -123,18 +100,6 @@ def drop(scale=lambda p: 1 / (1 - p), elementwise=False, in_eval=False, keep_is_
     return type("DropPath", (DropPathTimm,), dict(forward=forward))
 
 
-@pytest.mark.parametrize("impl, hint", [
-    (drop(elementwise=True), "partly zeroed"),
-    (drop(scale=lambda p: 1.0), "not scaled"),
-    (drop(scale=lambda p: 1 - p), "multiplied by"),
-    (drop(in_eval=True), "eval mode"),
-    (drop(keep_is_p=True), "probability to drop"),
-    (drop(inplace=True), "changed its input `x` in place"),
-])
-def test_droppath_rejects(impl, hint):
-    rejects(checks.DropPath, impl, hint)
-
-
 @pytest.mark.parametrize("impl", [ref.DropPath, DropPathTimm, drop()])
 def test_droppath_accepts(impl, capsys):
     accepts(checks.DropPath, impl, capsys)
@@ -149,15 +114,6 @@ class MLPNoBias(ref.MLP):
 class MLPFunctionalDropout(ref.MLP):
     def forward(self, x):
         return F.dropout(self.fc2(F.dropout(self.act(self.fc1(x)), self.drop1.p)), self.drop2.p)  # training=True
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (MLPNoBias, "the Linear layers need their bias"),
-    (MLPFunctionalDropout, r"with drop=0.5, in eval mode two calls(.|\n)*dropout is applied in eval mode"),
-    (subclass(ref.MLP, lambda self, x: self.fc2(self.act(self.fc1(x)))), r"in training mode(.|\n)*drop seems ignored"),
-])
-def test_mlp_rejects_more(impl, hint):
-    rejects(checks.MLP, impl, hint)
 
 
 class LayerNormPlainTensors(ref.LayerNorm):
@@ -178,15 +134,6 @@ class LayerNormTorchDefault(ref.LayerNorm):
         super().__init__(dim, eps)
 
 
-@pytest.mark.parametrize("impl, hint", [
-    (LayerNormPlainTensors, r"`weight` should be an nn.Parameter, got tensor\(6,\)"),
-    (LayerNormRandomStart, "should start with `weight` all 1"),
-    (LayerNormTorchDefault, "the default eps is not 1e-6"),
-])
-def test_layernorm_rejects_more(impl, hint):
-    rejects(checks.LayerNorm, impl, hint)
-
-
 class DropPathOneCoin(DropPathTimm):
     def forward(self, x):
         if not self.training or self.p == 0:
@@ -198,14 +145,6 @@ class DropPathNoCheck(DropPathTimm):
     def __init__(self, p=0.0):
         nn.Module.__init__(self)
         self.p = p
-
-
-@pytest.mark.parametrize("impl, hint", [
-    (DropPathOneCoin, r"samples were (dropped|kept) together(.|\n)*not one coin for the whole batch"),
-    (DropPathNoCheck, "p=1.0 is not a probability below 1: expected a ValueError"),
-])
-def test_droppath_rejects_more(impl, hint):
-    rejects(checks.DropPath, impl, hint)
 
 
 class MLPSlip(ref.MLP):
@@ -341,4 +280,181 @@ SLIPS = [
     slip("DropPath", "inputs", "mul_", drop(inplace=True), "changed its input `x` in place"),
     slip("DropPath", "p", "drop_prob", DropPathOtherName,
          r"print\(DropPath\(0.25\)\) raised AttributeError(.|\n)*keep the probability as self.p"),
+]
+
+
+def block(kind):
+    def forward(self, x, mask=None):
+        attn = lambda y: self.attn(y, mask=None if kind == "nomask" else mask)  # noqa: E731
+        if kind == "post":
+            x = self.norm1(x + attn(x))
+            return self.norm2(x + self.mlp(x))
+        if kind == "shared":
+            x = x + attn(self.norm1(x))
+            return x + self.mlp(self.norm1(x))
+        if kind == "nores":
+            x = attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        if kind == "parallel":
+            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
+        x = x + self.drop_path1(self.ls1(attn(self.norm1(x))))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+    return type("EncoderBlock", (ref.EncoderBlock,), dict(forward=forward))
+
+
+class BlockOwnParts(nn.Module):
+    """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop)
+        self.ls1, self.ls2 = (ref.LayerScale(dim, init_values) if init_values else nn.Identity() for _ in range(2))
+        self.drop_path1, self.drop_path2 = (DropPathTimm(drop_path) for _ in range(2))
+
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+@pytest.mark.parametrize("impl", [ref.EncoderBlock, block("ok"), BlockOwnParts])
+def test_block_accepts(impl, capsys):
+    accepts(checks.EncoderBlock, impl, capsys)
+
+
+class BlockSlip(ref.EncoderBlock):
+    """The reference block with one slip."""
+
+    slip = None
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        ignore = {"qkv_bias": dict(qkv_bias=True), "init_values": dict(init_values=None),
+                  "drop_path": dict(drop_path=0.0)}.get(self.slip, {})
+        options = dict(qkv_bias=qkv_bias, drop=drop, attn_drop=attn_drop, drop_path=drop_path,
+                       init_values=init_values) | ignore
+        super().__init__(dim, num_heads, mlp_ratio, **options)
+        self.rate = drop_path
+
+    def forward(self, x, mask=None):
+        ls1, ls2 = (self.ls2, self.ls1) if self.slip == "swap_ls" else (self.ls1, self.ls2)
+        ls1, ls2 = (nn.Identity(), nn.Identity()) if self.slip == "no_ls" else (ls1, ls2)
+        if self.slip == "around_sum":
+            x = self.drop_path1(x + ls1(self.attn(self.norm1(x), mask=mask)))
+            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
+        if self.slip == "eval_drop_path":
+            keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
+            x = x + keep * self.attn(self.norm1(x), mask=mask)
+            return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path1(ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
+
+
+def block_slip(slip):
+    return type("EncoderBlock", (BlockSlip,), {"slip": slip})
+
+
+def test_block_accepts_the_slip_free_variant(capsys):
+    accepts(checks.EncoderBlock, block_slip(None), capsys)
+
+
+class BlockMore(ref.EncoderBlock):
+    slip = None
+
+    def forward(self, x, mask=None):
+        if self.slip == "in_place":
+            x += self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        elif self.slip == "residual_detached":
+            x = x.detach() + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        elif self.slip == "attn_no_grad":
+            with torch.no_grad():
+                branch = self.attn(self.norm1(x), mask=mask)
+            x = x + self.drop_path1(self.ls1(branch))
+        else:
+            x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+def block_more(slip):
+    return type("EncoderBlock", (BlockMore,), {"slip": slip})
+
+
+class BlockRenamed(ref.EncoderBlock):
+    def __init__(self, dim, num_heads, *args, **kwargs):
+        super().__init__(dim, num_heads, *args, **kwargs)
+        self.ln1 = self.norm1
+        del self.norm1
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.ln1(x), mask=mask)
+        return x + self.mlp(self.norm2(x))
+
+
+class BlockWiring(ref.EncoderBlock):
+    """Built as the statement says, then one option dropped: norms with PyTorch's eps, or a rate not passed on."""
+
+    slip = None
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        super().__init__(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, init_values)
+        if self.slip == "eps":
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        if self.slip in ("proj_drop", "attn_drop"):
+            self.attn = MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, **{
+                "proj_drop": dict(attn_drop=attn_drop), "attn_drop": dict(proj_drop=drop)}[self.slip])
+        if self.slip == "mlp_drop":
+            self.mlp = MLP(dim, int(dim * mlp_ratio))
+
+
+def block_wiring(slip):
+    return type("EncoderBlock", (BlockWiring,), {"slip": slip})
+
+
+# the catalogue of slips (issue 34): each one a statement forbids, with the rule the check must blame
+SLIPS += [
+    slip("EncoderBlock", "names", "ln1", BlockRenamed, r"missing \['norm1.weight'"),
+    slip("EncoderBlock", "output", "post_norm", block("post"), "post-norm"),
+    slip("EncoderBlock", "output", "no_residual", block("nores"), "residual connection around attention"),
+    slip("EncoderBlock", "output", "parallel", block("parallel"), "both branches read the same x"),
+    slip("EncoderBlock", "mask", "no_mask", block("nomask"), "mask seems not to reach"),
+    slip("EncoderBlock", "options", "qkv_bias", block_slip("qkv_bias"), "qkv_bias=False seems ignored"),
+    slip("EncoderBlock", "options", "swap_ls", block_slip("swap_ls"), "ls1 and ls2 are swapped"),
+    slip("EncoderBlock", "drop_path", "around_sum", block_slip("around_sum"), r"DropPath is applied to x \+ branch"),
+    slip("EncoderBlock", "drop_path", "ignored", block_slip("drop_path"), "no residual branch was ever dropped"),
+    slip("EncoderBlock", "gradient", "residual_detached", block_more("residual_detached"),
+         r"the gradient reaching `x` differs(.|\n)*x = x.detach\(\)"),
+    slip("EncoderBlock", "gradient", "attn_no_grad", block_more("attn_no_grad"),
+         r"no gradient reaches `norm1.weight`(.|\n)*torch.no_grad"),
+    slip("EncoderBlock", "inputs", "plus_equals", block_more("in_place"), "changed its input `x` in place"),
+    slip("EncoderBlock", "eps", "torch_default", block_wiring("eps"), r"norm1.eps is 1e-05, the statement's is 1e-6"),
+    slip("EncoderBlock", "dropout", "no_proj_drop", block_wiring("proj_drop"),
+         r"missing: drop=0.1 after the attention's proj \(proj_drop=drop\)"),
+    slip("EncoderBlock", "dropout", "no_attn_drop", block_wiring("attn_drop"),
+         r"missing: attn_drop=0.3 on the attention weights"),
+    slip("EncoderBlock", "dropout", "mlp_without_drop", block_wiring("mlp_drop"),
+         r"missing: .*drop=0.1 in the MLP after GELU"),
+]
+
+
+# folded from the parametrized tests: each rejected under the rule the check blames
+SLIPS += [
+    slip("MLP", "output", "mlp_rejects_2", subclass(ref.MLP, lambda self, x: self.fc2(self.fc1(x))), "no activation"),
+    slip("LayerNorm", "output", "layernorm_rejects_2", subclass(ref.LayerNorm, ln_forward(affine=False)),
+         "weight and bias are not applied"),
+    slip("LayerNorm", "output", "layernorm_rejects_3", subclass(ref.LayerNorm, ln_forward(eps=1e-5)),
+         "eps seems ignored"),
+    slip("LayerNorm", "output", "layernorm_rejects_4", subclass(ref.LayerNorm, ln_forward(axis=0)), "wrong axis"),
+    slip("LayerNorm", "parameters", "layernorm_rejects_5", LayerNormNoParams, "`weight`"),
+    slip("DropPath", "training", "droppath_rejects_2", drop(scale=lambda p: 1 - p), "multiplied by"),
+    slip("DropPath", "training", "droppath_rejects_4", drop(keep_is_p=True), "probability to drop"),
+    slip("MLP", "dropout", "mlp_rejects_more_2", subclass(ref.MLP, lambda self, x: self.fc2(self.act(self.fc1(x)))),
+         r"in training mode(.|\n)*drop seems ignored"),
+    slip("EncoderBlock", "output", "block_rejects_1", block("shared"), "same LayerNorm is used twice"),
+    slip("EncoderBlock", "options", "block_rejects_more_1", block_slip("init_values"), "ls1 and ls2 are LayerScale"),
+    slip("EncoderBlock", "options", "block_rejects_more_2", block_slip("no_ls"), "LayerScale is not applied"),
+    slip("EncoderBlock", "options", "block_rejects_more_6", block_slip("eval_drop_path"),
+         "in eval mode two calls on the same input gave different outputs"),
 ]

@@ -1,0 +1,30 @@
+"""The records' catalogues (``SLIPS`` and ``VARIANTS`` in vit_course/checks/chNN_*.py), fed to their checks: every slip
+is rejected under its rule with its hint, every variant passes with the one success line."""
+
+import re
+
+import pytest
+import torch
+
+from vit_course import checks
+
+from .check_helpers import accepts, rejects
+
+
+@pytest.mark.parametrize("slip", checks.SLIPS, ids=[f"{s.exercise}-{s.rule}-{s.name}" for s in checks.SLIPS])
+def test_every_slip_is_rejected_with_its_hint(slip):
+    rejects(getattr(checks, slip.exercise), slip.impl, re.escape(slip.hint), slip.rule)
+    assert torch.is_grad_enabled(), "a check leaves the grad mode as it found it"
+
+
+@pytest.mark.parametrize("variant", checks.VARIANTS, ids=[f"{v.exercise}-{v.name}" for v in checks.VARIANTS])
+def test_every_variant_passes(variant, capsys):
+    accepts(getattr(checks, variant.exercise), variant.impl, capsys)
+
+
+def test_every_exercise_with_a_catalogue_has_a_slip_per_rule():
+    exercises = {s.exercise for s in checks.SLIPS}
+    for name in exercises & set(checks.RULES):
+        missing = set(checks.RULES[name]) - {s.rule for s in checks.SLIPS if s.exercise == name}
+        assert not missing, f"{name}: no slip breaks {missing}"
+        assert any(v.exercise == name for v in checks.VARIANTS), name

@@ -1,0 +1,479 @@
+"""Chapter 05's exercises: ViT (assembly, initial values, sin-cos buffer, mean pooling, drop-path rates; a
+model whose blocks matter, its dropouts, its final norm's eps and the hybrid stem) and count_parameters (by
+formula, with the hints of the usual omissions): checks and rules."""
+
+# ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
+# ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the function that builds it)
+
+import numbers
+
+import torch
+from torch import nn
+
+from .. import vit as ref
+from .core import check
+from .gradients import gradient_flow
+from .messages import describe
+from .modules import randomize_norms
+from .probes import TorchCalls, call_naming, works_on
+from .wiring import dropout_wiring
+
+SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
+
+
+def _vit_variants(m, images):
+    """(hint, thunk) pairs: the ViT assembly mistakes, built from the reference's parts."""
+    k = m.num_prefix_tokens
+
+    def run(embed=None, final_norm=True, pool="cls", blocks=None, norm_first=False):
+        x = embed() if embed else m.embed(images)  # (b, n, D)
+        x = m.norm(x) if norm_first else x
+        for block in m.blocks if blocks is None else blocks:
+            x = block(x)
+        x = m.norm(x) if final_norm and not norm_first else x
+        x = {"cls": lambda: x[:, 0], "mean": lambda: x[:, k:].mean(1), "all": lambda: x.mean(1),
+             "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[pool]()  # (b, D)
+        return m.head(x)
+
+    def tokens():
+        return m.patch_embed(images)  # (b, N, D)
+
+    cls = lambda: m.cls_token.expand(len(images), -1, -1)  # noqa: E731
+    if m.pool == "mean":
+        return [
+            ("mean pooling averages the class token in with the patches: average the patch tokens only, "
+             "x[:, num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)",
+             lambda: run(pool="all")),
+            ("pool='mean' reads the class token: average the patch tokens, x[:, num_prefix_tokens:].mean(1)",
+             lambda: run(pool="cls")),
+            ("the mean leaves out token 0, a patch token here (there is no class token): average "
+             "x[:, num_prefix_tokens:]", lambda: run(pool="skip1")),
+            ("the final LayerNorm `norm` is not applied before pooling", lambda: run(final_norm=False, pool="mean")),
+        ]
+    return [
+        ("the final LayerNorm `norm` is not applied before the head", lambda: run(final_norm=False)),
+        ("only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+         lambda: run(blocks=m.blocks[:1])),
+        ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
+         lambda: run(norm_first=True)),
+        ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
+         lambda: run(pool="last")),
+        ("the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]",
+         lambda: run(pool="mean")),
+        ("the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
+         lambda: run(pool="all")),
+        ("the class token is appended: prepend it (token 0) and read x[:, 0]",
+         lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed, pool="last")),
+        ("the class token is appended: prepend it (token 0) and read x[:, 0]",
+         lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed)),
+        ("the position embeddings are missing: add pos_embed after prepending the class token",
+         lambda: run(lambda: torch.cat([cls(), tokens()], 1))),
+        ("the class token gets no position: prepend it first, then add all of pos_embed",
+         lambda: run(lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))),
+    ]
+
+
+def _embed_variants(m, images):
+    """(hint, thunk) pairs: the mistakes of embed(images), built from the reference's parts."""
+    if m.cls_token is None:
+        return [("the position embeddings are missing: add pos_embed to the patch tokens",
+                 lambda: m.patch_embed(images))]
+    tokens, cls = (lambda: m.patch_embed(images)), (lambda: m.cls_token.expand(len(images), -1, -1))
+    return [
+        ("the class token is appended: prepend it (token 0), add_class_token_and_position does",
+         lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed),
+        ("the position embeddings are missing: add pos_embed after prepending the class token",
+         lambda: torch.cat([cls(), tokens()], 1)),
+        ("the class token gets no position: prepend it first, then add all of pos_embed",
+         lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))]
+
+
+def _compare(c, cls, config, g, hints=(), gradients=False):
+    """Build the learner's ViT(**config), copy a randomised reference's weights in, compare the logits."""
+    reference = randomize_norms(ref.ViT(**config).eval(), g)
+    with torch.no_grad():  # a new class token is zero: make it matter
+        if reference.cls_token is not None:
+            reference.cls_token.normal_(generator=g)
+        if isinstance(reference.pos_embed, nn.Parameter):
+            reference.pos_embed.normal_(generator=g)
+    model = c.build(cls, **config)
+    c.load(model, reference, [*hints,
+        ("patch_embed", "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)"),
+        ("cls_token", "the class token is a parameter `cls_token` of shape (1, 1, dim)"),
+        ("pos_embed", "the position embeddings are a parameter `pos_embed` of shape (1, N + 1, dim)"),
+        ("blocks", "the encoder blocks are an nn.ModuleList called `blocks`"),
+        ("norm", "the final LayerNorm is `norm`"), ("head", "the classifier is a Linear `head` (dim -> classes)")])
+    batch = 3
+    images = torch.randn(batch, config["in_channels"], config["image_size"], config["image_size"], generator=g)
+    label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")"
+    before = c.rule
+    with torch.no_grad():
+        c.phase("embed")
+        method = getattr(model, "embed", None)
+        if not callable(method):
+            c.fail("your ViT has no method embed", "write embed(images) -> (b, n, D) as the exercise asks")
+        c.close(c.call(method, images, label=f"{label}.embed"), reference.embed(images), "tokens from embed(images)",
+                _embed_variants(reference, images), shape_hints=[
+                    ((batch, reference.patch_embed.num_patches, config["dim"]), "the class token is missing: "
+                     "add_class_token_and_position(tokens, self.cls_token, self.pos_embed)")])
+        c.phase(before)
+        got = c.call(model, images, label=label)
+        c.close(got, reference(images), "logits", _vit_variants(reference, images), atol=1e-4,
+                shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
+    c.attributes(model, label, [("grid_size", reference.grid_size, "self.grid_size = self.patch_embed.grid_size")])
+    if gradients:
+        gradient_flow(c, cls, lambda _: c.call(model, images, label=label), lambda _: reference(images), {}, model,
+                      reference, what="the logits")
+
+
+@check("ViT")
+def ViT(c, cls):
+    """ViT(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio, pool, pos_embed,
+    class_token, ..., drop_path) -> logits: timm's names, grid_size, embed(images), the initial values, a sin-cos
+    buffer, pooling, drop-path rates rising with depth; gradients reach every parameter."""
+    g = torch.Generator().manual_seed(15)
+    _compare(c, cls, SMALL, g, gradients=True)
+    _compare(c, cls, dict(SMALL, image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1,
+                          num_heads=3, mlp_ratio=4.0), g)
+    _initial_values(c, cls)
+    _sincos(c, cls, g)
+    c.phase("pool")
+    no_class_token = ("cls_token", "with pool='mean' and class_token=None there is no class token: "
+                                   "self.cls_token = None (class_token defaults to pool == 'cls')")
+    _compare(c, cls, dict(SMALL, pool="mean"), g, [no_class_token], gradients=True)
+    _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
+    c.phase("blocks")
+    _compare(c, cls, dict(SMALL, qkv_bias=False, init_values=0.1), g, [
+        ("qkv.bias", "qkv_bias=False: pass qkv_bias on to every EncoderBlock"),
+        ("gamma", "init_values=0.1: pass init_values on to every EncoderBlock (LayerScale)")])
+    _drop_path_rates(c, cls)
+    strong_blocks(c, cls, g)
+    hybrid(c, cls, g)
+
+
+def _initial_values(c, cls):
+    """A new model: the class token at zero, learned positions small random numbers (std 0.02)."""
+    c.phase("initial")
+    model = c.build(cls, **SMALL)
+    token, pos = model.cls_token.detach(), model.pos_embed.detach()
+    c.ok(bool(torch.all(token == 0)), "a new model's cls_token should be zeros, got values from "
+         f"{token.min().item():.3g} to {token.max().item():.3g}", "nn.Parameter(torch.zeros(1, 1, dim))")
+    std = pos.std().item()
+    c.ok(0.01 < std < 0.04 and abs(pos.mean().item()) < 0.01, "a new model's pos_embed should be small random "
+         f"numbers (std 0.02), got mean {pos.mean().item():.3g} and std {std:.3g}",
+         "nn.Parameter(torch.randn(1, n, dim) * 0.02)")
+
+
+def _sincos(c, cls, g):
+    """pos_embed="sincos": a buffer (not trained), a zero row per class token (none with pool="mean"), the table."""
+    c.phase("sincos")
+    for pool in ("cls", "mean"):
+        _sincos_table(c, cls, dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1,
+                                   num_heads=4, mlp_ratio=2.0, pos_embed="sincos", pool=pool))
+
+
+def _sincos_table(c, cls, config):
+    reference = ref.ViT(**config)
+    model = c.build(cls, **config)
+    pos = getattr(model, "pos_embed", None)
+    if isinstance(pos, nn.Parameter):
+        extra = f": {pos.numel():,} trainable parameters too many (+{pos.numel():,})" if pos.requires_grad else ""
+        c.fail(f"with pos_embed='sincos' the position table is an nn.Parameter{extra}",
+               "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)")
+    c.ok("pos_embed" in dict(model.named_buffers()), f"with pos_embed='sincos', pos_embed should be a buffer, got "
+         f"{describe(pos)}", "self.register_buffer('pos_embed', table): saved and moved with the model, never trained")
+    k = reference.num_prefix_tokens
+    table, zero = reference.pos_embed[0, k:], torch.zeros(1, config["dim"])
+    variants = [("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
+                 lambda: torch.cat([table, zero])[None]),
+                ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
+                 "table])[None]", lambda: torch.cat([table[:1], table])[None])]
+    wrong_rows = ("the class token needs a position row too: a zero row in front, (1, N + 1, D)" if k else
+                  "with pool='mean' and class_token=None there is no class token, so no zero row: one per prefix "
+                  "token, torch.zeros(self.num_prefix_tokens, dim), none here")
+    n = reference.pos_embed.shape[1]  # the table with the wrong number of zero rows: one too few, or one too many
+    shapes = [((1, n - 1 if k else n + 1, 64), wrong_rows), ((n, 64), "add the batch axis in front: table[None]")]
+    c.close(pos, reference.pos_embed, f"sin-cos position table (pos_embed) with pool={config['pool']!r}",
+            variants if k else [], shape_hints=shapes)
+    c.load(model, reference, [("pos_embed", "register the table as a buffer named pos_embed, persistent (the "
+                                            "default of register_buffer), so it is saved with the model")])
+
+
+def _drop_path_rates(c, cls):
+    """Stochastic depth rises linearly over the blocks: drop_path * i / max(depth - 1, 1)."""
+    c.phase("drop_path")
+    depth, top = 4, 0.3
+    model = c.build(cls, **dict(SMALL, depth=depth, drop_path=top))
+    got = [round(max((float(getattr(m, "p", getattr(m, "drop_prob", 0.0)) or 0.0) for name, m in
+                      block.named_modules() if name.startswith("drop_path")), default=0.0), 6)
+           for block in model.blocks]
+    expected = [round(top * i / (depth - 1), 6) for i in range(depth)]
+    wrong = {"the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, drop_path * i / "
+             "max(depth - 1, 1), so the last block gets drop_path itself": [top * i / depth for i in range(depth)],
+             "the first block should get 0 and the last drop_path: drop_path * i / max(depth - 1, 1)":
+                 [top * (i + 1) / depth for i in range(depth)],
+             "every block gets the same rate: it rises linearly from 0 (first block) to drop_path (last)":
+                 [top] * depth,
+             "the rates fall with depth: the first block gets 0, the last drop_path": expected[::-1],
+             "drop_path seems ignored: give block i the rate drop_path * i / max(depth - 1, 1), "
+             "EncoderBlock(..., drop_path=rate)": [0.0] * depth}
+    hint = next((h for h, rates in wrong.items() if [round(r, 6) for r in rates] == got), None)
+    c.ok(got == expected, f"with drop_path={top} and depth={depth} the blocks' drop-path rates are {got}, expected "
+         f"{expected} (rising linearly from 0 to drop_path)", hint)
+    c.build(cls, **dict(SMALL, depth=1, drop_path=top))  # one block: max(depth - 1, 1) avoids a division by 0
+
+
+DEEPER = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=3, num_heads=2, mlp_ratio=2.0)
+HYBRID = dict(DEEPER, image_size=16, patch_size=2, stem_channels=(4, 8))  # the stem: 16x16x3 -> 4x4x8
+
+
+def _strong(config, g):
+    """The reference ViT(**config) in eval mode, its blocks' Linear weights of std 0.3 (not 0.02) and random norms."""
+    reference = randomize_norms(ref.ViT(**config).eval(), g)
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            if name.startswith("blocks.") and p.ndim == 2:
+                p.normal_(0, 0.3, generator=g)
+        if reference.cls_token is not None:
+            reference.cls_token.normal_(generator=g)
+    return reference
+
+
+def _variants(m, images):
+    """(hint, thunk) pairs: the assembly mistakes of forward that only a model with strong blocks shows clearly."""
+    def run(blocks=None, norm_first=False, token=0):
+        x = m.embed(images)  # (b, n, D)
+        x = m.norm(x) if norm_first else x
+        for block in m.blocks if blocks is None else blocks:
+            x = block(x)
+        x = x if norm_first else m.norm(x)
+        return m.head(x[:, token])
+
+    return [
+        ("only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+         lambda: run(m.blocks[:1])),
+        ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+         lambda: run(m.blocks[-1:])),
+        ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
+         lambda: run(norm_first=True)),
+        ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
+         lambda: run(token=-1)),
+    ]
+
+
+def strong_blocks(c, cls, g):
+    """With blocks that matter: the logits in eval mode, the final norm's eps, the dropouts while training.
+    """
+    config = dict(DEEPER, drop=0.1, attn_drop=0.3)
+    reference = _strong(config, g)
+    label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")"
+    model = c.load(c.build(cls, **config), reference)
+    images = torch.randn(2, 3, 12, 12, generator=g)
+    c.phase("output")
+    with torch.no_grad():
+        c.close(c.call(model, images, label=label), reference(images), "logits (blocks with larger weights)",
+                _variants(reference, images), atol=1e-4)
+    c.phase("eps")
+    eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
+    c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", "norm = nn.LayerNorm(dim, eps=1e-6): "
+         "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6")
+    c.phase("blocks")
+    n = reference.patch_embed.num_patches + 1
+    dropout_wiring(c, model, reference, images, label, {
+        (0.3, (2, 2, n, n)): "attn_drop=0.3 on the attention weights",
+        (0.1, (2, n, 16)): "drop=0.1 after the attention's proj and the MLP's fc2",
+        (0.1, (2, n, 32)): "drop=0.1 in the MLP after GELU"},
+        "EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values): the arguments "
+        "in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
+
+
+STEM_SKIPPED = "embed skips the stem: tokens = self.patch_embed(self.stem(images)) (the stem is nn.Identity() " \
+               "for a plain ViT)"
+
+
+def hybrid(c, cls, g):
+    """A hybrid ViT: the patch embedding is built for the stem's output and embed runs the stem first.
+    """
+    reference = randomize_norms(ref.ViT(**HYBRID).eval(), g)
+    label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in HYBRID.items()) + ")"
+    c.phase("names")
+    model = c.build(cls, **HYBRID)
+    embedding = getattr(model, "patch_embed", None)
+    built = (tuple(getattr(embedding, "image_size", ())), getattr(embedding, "in_channels", None))
+    c.ok(built == ((4, 4), 8), f"in {label} the stem turns 16x16x3 images into 4x4x8 maps, but patch_embed is "
+         f"built for images of size {built[0]} with {built[1]} channels", "the patches are cut from the stem's "
+         "output: PatchEmbedding(token_image, patch_size, token_channels, dim), the given lines set both")
+    model = c.load(model, reference)
+    images = torch.randn(2, 3, 16, 16, generator=g)
+    c.phase("embed")
+    with torch.no_grad():
+        stem = getattr(model, "stem", nn.Identity())
+        got = call_naming(c, model.embed, images, cause=lambda: STEM_SKIPPED if works_on(
+            model.patch_embed, stem(images)) else None)
+        c.close(got, reference.embed(images), "tokens from embed(images) of a hybrid ViT")
+        c.phase("output")
+        c.close(c.call(model, images, label=label), reference(images), "logits of a hybrid ViT", atol=1e-4)
+
+
+CONFIGS = [
+    ref.CONFIGS["ViT-B/16"],
+    ref.CONFIGS["ViT-Ti/16"],
+    dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=3, num_heads=4, mlp_ratio=2.0),
+    dict(image_size=32, patch_size=4, in_channels=3, num_classes=10, dim=96, depth=5, num_heads=3, mlp_ratio=3.0),
+]
+OPTIONS = [dict(CONFIGS[2], **options) for options in (
+    dict(pos_embed="sincos"), dict(pool="mean"), dict(pool="mean", class_token=True), dict(qkv_bias=False),
+    dict(init_values=0.1), dict(pool="mean", pos_embed="sincos"))]
+
+
+def _patches(cfg):
+    """N, the patches of the image or, for a hybrid, of the stem's map (each stage: n -> ceil(n / 2))."""
+    height, width = ref.to_pair(cfg["image_size"])
+    for _ in cfg.get("stem_channels") or ():
+        height, width = (height + 1) // 2, (width + 1) // 2
+    return (height // cfg["patch_size"]) * (width // cfg["patch_size"])
+
+
+def _mistakes(cfg):
+    """(hint, parameters the mistake leaves out) for one configuration."""
+    d, depth, classes = cfg["dim"], cfg["depth"], cfg["num_classes"]
+    hidden, n = int(d * cfg.get("mlp_ratio", 4.0)), _patches(cfg)
+    p2c = cfg["patch_size"] ** 2 * cfg["in_channels"]
+    return [
+        ("the class token (1 x D) is not counted, or its row of the position table ((N + 1) x D)", d),
+        ("the position embeddings ((N + 1) x D) are not counted", (n + 1) * d),
+        ("the class token and its position row are both missing", 2 * d),
+        ("the patch projection's bias (D) is not counted", d),
+        ("the patch projection (P*P*C x D weights + D biases) is not counted", p2c * d + d),
+        ("the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 hidden, fc2 D per block)",
+         depth * (5 * d + hidden)),
+        ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block)",
+         depth * (5 * d + hidden) + d),
+        ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block; head)",
+         depth * (5 * d + hidden) + d + classes),
+        ("the qkv bias (3D per block) is not counted", depth * 3 * d),
+        ("the LayerNorms (2 x 2D per block) are not counted", depth * 4 * d),
+        ("the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)", depth * 4 * d + 2 * d),
+        ("the final LayerNorm (2D) is not counted", 2 * d),
+        ("the LayerNorms are counted with weights only (D each, no bias)", depth * 2 * d + d),
+        ("the head (D x classes + classes) is not counted", d * classes + classes),
+        ("the head's bias is not counted", classes),
+        ("the attention output projection proj (D x D + D per block) is not counted", depth * (d * d + d)),
+        ("every block's parameters are counted once only: multiply by depth", (depth - 1) * (
+            4 * d + 4 * d * d + 4 * d + 2 * d * hidden + hidden + d)),
+    ]
+
+
+def _option_mistakes(cfg):
+    """(hint, parameters the mistake leaves out; negative: counted too many) for the optional arguments."""
+    d, depth = cfg["dim"], cfg["depth"]
+    pool, learned = cfg.get("pool", "cls"), cfg.get("pos_embed", "learned") == "learned"
+    class_token = pool == "cls" if cfg.get("class_token") is None else cfg["class_token"]
+    n = _patches(cfg) + class_token
+    hints = []
+    if not learned:
+        hints.append(("a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D table only "
+                      "for pos_embed='learned'", -n * d))
+    if pool == "mean" and not class_token:
+        hints.append(("with pool='mean' there is no class token unless class_token=True (it defaults to "
+                      "pool == 'cls'): no cls_token, and no position row for it", -(1 + learned) * d))
+    if pool == "mean" and class_token:
+        hints.append(("class_token=True adds a class token even with pool='mean': cls_token (D) and its position "
+                      "row", (1 + learned) * d))
+    if cfg.get("qkv_bias") is False:
+        hints.append(("qkv_bias=False: the qkv layers have no bias (3D fewer per block)", -3 * d * depth))
+    if cfg.get("init_values"):
+        hints.append(("with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma (D each)",
+                      2 * d * depth))
+    return hints
+
+
+def _hint(cfg, expected, got):
+    hidden = int(cfg["dim"] * cfg.get("mlp_ratio", 4.0))
+    hidden_wrong = cfg["depth"] * (2 * cfg["dim"] + 1) * (hidden - 4 * cfg["dim"])
+    hints = _stem_mistakes(cfg) + _option_mistakes(cfg) + _mistakes(cfg) + [
+        ("the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)", hidden_wrong)]
+    short = [text for text, missing in hints if missing and expected - got == missing]
+    extra = [text for text, missing in hints if missing and got - expected == missing]
+    if short:  # several slips can leave out the same number (D, 2D): name them all rather than guess one
+        return short[0] if len(short) == 1 else "one of these (each leaves out that many): " + "; or ".join(short)
+    if extra:
+        return f"{got - expected:,.0f} too many, exactly this part (counted twice?): " + "; or ".join(extra)
+    return None
+
+
+def _stem_mistakes(cfg):
+    """(hint, parameters the mistake leaves out) for a hybrid stem or a non-square image."""
+    p, d, learned = cfg["patch_size"], cfg["dim"], cfg.get("pos_embed", "learned") == "learned"
+    height, width = ref.to_pair(cfg["image_size"])
+    image_n, channels, stem = (height // p) * (width // p), cfg["in_channels"], 0
+    for c_out in cfg.get("stem_channels") or ():
+        stem += 9 * channels * c_out + 2 * c_out
+        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
+    n = (height // p) * (width // p)
+    hints = [("N counts the patches of a square: N = (height / P) * (width / P)",
+              (n - (height // p) ** 2) * d * learned)]
+    if stem:
+        hints += [("the stem's parameters are not counted: add `stem`, as the given lines compute it", stem),
+                  ("after the stem the patches are cut from its output: use `channels` (the stem's last width), not "
+                   "in_channels", p * p * (channels - cfg["in_channels"]) * d),
+                  ("after the stem the patches are cut from its smaller map: count N from `height` and `width`, not "
+                   "image_size", (n - image_n) * d * learned)]
+    return hints
+
+
+STEMS = [  # tried after the configurations above (their tests are not counted: the success line stays)
+    dict(image_size=(28, 20), patch_size=4, in_channels=3, num_classes=10, dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
+    dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
+         stem_channels=(16, 32)),
+    dict(image_size=(28, 36), patch_size=2, in_channels=1, num_classes=7, dim=24, depth=1, num_heads=2, mlp_ratio=2.0,
+         stem_channels=(8,)),
+]
+
+
+@check("count_parameters")
+def count_parameters(c, fn):
+    """count_parameters(**config) == the trainable parameters of ViT(**config), by formula (no model built), as an
+    int."""
+    for cfg in CONFIGS + OPTIONS + STEMS:
+        if cfg is STEMS[0]:
+            counted = c.tests
+        expected = ref.count_parameters(**cfg)
+        c.phase("output")
+        with TorchCalls() as calls:
+            raw = c.call(fn, **cfg)
+        got = c.number(raw, "the count")
+        c.ok(got == expected, f"counted {got:,.0f} parameters, expected {expected:,} ({expected - got:+,.0f})",
+             _hint(cfg, expected, got))
+        if cfg is CONFIGS[0]:
+            c.phase("formula")
+            c.ok(calls.count == 0, f"your count called torch {calls.count} times for ViT-B/16", "count by formula, "
+                 "without building the model or any tensor: the point is to size models too big for your memory")
+        c.phase("int")
+        c.ok(isinstance(raw, numbers.Integral), f"the count should be an int, got {type(raw).__name__} {raw!r}",
+             "use // to count the patches (or int(...)): / always gives a float")
+    c.tests = counted
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "ViT": {
+        "names": "with exactly these names",
+        "attributes": "| `grid_size` | the patch grid, from `patch_embed` |",
+        "embed": "**`embed(images)`**",
+        "output": "**`forward(images)`**: `embed`, the blocks, the final norm, pooling (`pool_tokens`), the head",
+        "initial": "a zero-initialised `nn.Parameter`",
+        "sincos": "a buffer (not learned) holding `sincos_position_embedding(grid_size, dim)`",
+        "pool": "pooling (`pool_tokens`)",
+        "drop_path": "`drop_path * i / max(depth - 1, 1)`",
+        "eps": "`nn.LayerNorm(dim, eps=1e-6)`",
+        "blocks": "`EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values)`",
+        "gradient": "Gradients flow from the logits back to every parameter",
+    },
+    "count_parameters": {
+        "output": "returns the number of trainable parameters of `ViT(**config)` **by formula**",
+        "formula": "**by formula**, without building the model",
+        "int": "**Output:** an `int`",
+    },
+}
