@@ -13,15 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vit_course"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
-<<<<<<< ours
 def test_functions_are_small():
     """A function does one thing (a module is as long as its one idea needs: no ceiling on modules)."""
-=======
-def test_modules_and_functions_are_small():
-    long_modules = {p.relative_to(PACKAGE).as_posix(): n for p in MODULES  # a check's record is as long as its idea
-                    if (n := len(p.read_text().splitlines())) > 250 and p.parent.name != "checks"}
-    assert not long_modules, f"modules over 250 lines: {long_modules}"
->>>>>>> theirs
     long_functions = []
     for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):
