@@ -87,13 +87,15 @@ def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, n
 HEAD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def plot_attention_distance(distances, reference=None, title="mean attention distance"):
+def plot_attention_distance(distances, reference=None, title="mean attention distance", local=0.8):
     """The ViT paper's Figure 7 (right): layer on x, one dot per head, distance in pixels on y.
 
     Args:
         distances: (L, h) from ``attention_distances``; or {name: (L, h)} to draw models side by side, one
             panel each on a shared distance axis (chapter 08 compares two trainings of one architecture)
         reference: optional distance to draw as a dashed line (e.g. uniform attention's)
+        local: with a reference, a dotted line at this share of it, below which chapter 08 calls a head local
+            (None: no line)
     """
     panels = distances if isinstance(distances, dict) else {title: distances}
     panels = {name: torch.as_tensor(d).cpu() for name, d in panels.items()}
@@ -108,6 +110,8 @@ def plot_attention_distance(distances, reference=None, title="mean attention dis
                        **({"facecolors": "none", "edgecolors": f"C{head}"} if head % 2 else {}))
         if reference is not None:
             ax.axhline(reference, ls="--", color="gray", lw=1, label="uniform attention")
+            if local is not None:
+                ax.axhline(local * reference, ls=":", color="gray", lw=1, label=f"local below ({local:g} of uniform)")
         ax.set(xlabel="network depth (layer)", title=name, xticks=range(1, depth + 1), ylim=(0, top))
     axes[0, 0].set_ylabel("mean attention distance (pixels)")
     axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: dots visible
