@@ -6,6 +6,22 @@ import os
 
 import pytest
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _default_device():
+    """VIT_COURSE_TEST_DEVICE=cuda runs the tests with that device as torch's default, in full float32 (no TF32):
+    benchmarks/gpu_check.py runs tests/test_timm.py on the GPU so."""
+    name = os.environ.get("VIT_COURSE_TEST_DEVICE")
+    if not name:
+        yield
+        return
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_default_device(name)
+    yield
+    torch.set_default_device(None)
+
 MISSING = ("VIT_COURSE_DATA is not set", "no MNIST under", "timm not installed", "is not installed here",
            "no chromium at", "playwright is not installed", "the book is not built and cannot be yet",
            "is not written yet", "is not committed yet", "solutions/ is still empty", "no shipped",

@@ -139,6 +139,40 @@ def test_the_budget_recipes_fill_their_budget_and_refuse_to_run_without_one():
             recipes.train_recipe(name, time_budget=0, device="cpu", progress=False)
 
 
+def test_a_gpu_trains_the_budget_recipes_for_fixed_epochs_and_epochs_mean_epochs_everywhere(monkeypatch):
+    """On a CPU mnist fills its budget; on CUDA or MPS it trains its gpu_epochs, since a GPU would run the budget's
+    schedule for hundreds of epochs; --epochs N is N epochs on any device, under a budget only if one is given."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # a T4, as on Colab
+    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
+    for name in ("mnist", "cifar10"):
+        budget, gpu_epochs = RECIPES[name]["time_budget"], RECIPES[name]["gpu_epochs"]
+        assert recipes.plan(name, cpu) == (None, budget)
+        assert recipes.plan(name, cuda) == recipes.plan(name, mps) == (gpu_epochs, None)
+        for device in (cpu, cuda):
+            assert recipes.plan(name, device, epochs=3) == (3, None)
+            assert recipes.plan(name, device, epochs=3, time_budget=60) == (3, 60)
+        assert f"{gpu_epochs} epochs" in recipes.describe_plan(name, cuda, gpu_epochs, None)
+        assert "fp16" in recipes.describe_plan(name, cuda, gpu_epochs, None)
+        assert f"{budget} s" in recipes.describe_plan(name, cpu, None, budget)
+    assert recipes.plan("cifar10-gpu", cuda) == recipes.plan("cifar10-gpu", cpu) == (100, None)
+    with pytest.raises(ValueError, match="at least|>= 1"):
+        recipes.plan("mnist", cpu, epochs=0)
+
+
+def test_the_first_line_of_a_run_says_its_plan(tmp_path, capsys):
+    recipes.train_recipe("mnist", epochs=1, subset=128, out=tmp_path, device="cpu", progress=True)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("mnist on cpu: 1 epochs") and "fp32" in first, first
+
+
+def test_estimate_seconds_times_the_recipes_steps():
+    """A few timed steps scaled to the plan: more epochs, proportionally more seconds; a budgeted plan is its budget."""
+    assert recipes.estimate_seconds("mnist", "cpu") == RECIPES["mnist"]["time_budget"]
+    one = recipes.estimate_seconds("mnist", "cpu", epochs=1, steps=2)
+    steps = recipes.DATASETS["mnist"]["sizes"]["train"] // RECIPES["mnist"]["train"]["batch_size"]
+    assert 0 < one < 10 * steps, one  # well under 10 s a step on any CPU
+
+
 def test_train_recipe_names_an_unknown_recipe_and_the_known_ones():
     with pytest.raises(ValueError, match=f"unknown recipe 'imagenet'; choose one of {', '.join(RECIPES)}$"):
         recipes.train_recipe("imagenet", progress=False)

@@ -174,9 +174,9 @@ def test_the_shipped_examples_are_the_first_test_images_of_the_courses_copy():
     test_images, test_labels = data.load("cifar10", "test", download=False)
     if not torch.equal(labels, test_labels[:512]):
         pytest.skip("VIT_COURSE_DATA holds another copy of CIFAR-10 (the official files order the images otherwise)")
-    # the course's copy, or the GPU machine's recompressed one (mean absolute difference 0.9 of 255)
+    # the course's copy, or a recompressed one (the GPU check's: a mean absolute difference of 2.3 of 255)
     difference = (images.float() - test_images[:512].float()).abs().mean().item()
-    assert difference < 2, f"the shipped examples differ from the copy's first 512 test images by {difference:.2f}"
+    assert difference < 4, f"the shipped examples differ from the copy's first 512 test images by {difference:.2f}"
 
 
 @needs_data
@@ -322,7 +322,7 @@ def make_tar(path, members):
     return path
 
 
-def test_download_cifar(server, tmp_path, monkeypatch):
+def test_download_cifar(server, tmp_path, monkeypatch, capsys):
     url, served = server
     monkeypatch.setattr(data, "CIFAR_RECORDS", 3)
     monkeypatch.setitem(data.DATASETS["cifar10"]["sizes"], "train", 15)
@@ -333,6 +333,7 @@ def test_download_cifar(server, tmp_path, monkeypatch):
     monkeypatch.setitem(download.MIRRORS, "cifar10", [url])
     root = tmp_path / "root"
     x, y = data.load("cifar10", "train", root=root)
+    assert f"about {download.DOWNLOAD_MB['cifar10']} MB" in capsys.readouterr().out  # the first load says its size
     assert x.shape == (15, 3, 32, 32) and y.shape == (15,)
     first = np.frombuffer(batches["cifar-10-batches-bin/data_batch_1.bin"], np.uint8).reshape(3, 3073)
     assert torch.equal(x[:3].flatten(1), torch.from_numpy(first[:, 1:].copy()))

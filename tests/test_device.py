@@ -65,4 +65,7 @@ def test_pick_device_refuses_cuda_where_there_is_none(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="device 'cuda' was asked for, but torch.cuda.is_available\\(\\) is False"):
         device.pick_device("cuda:0")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device 'mps' was asked for, but torch.backends.mps.is_available\\(\\) is "):
+        device.pick_device("mps")
     assert device.pick_device("meta").type == "meta"  # any other device as asked

@@ -213,6 +213,25 @@ def test_student_notebooks_are_in_sync():
 
 
 @pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.stem)
+def test_a_student_notebook_links_only_to_the_web_and_ends_saying_how_to_grade_it(path):
+    """Opened on Colab or a laptop, a student notebook has no repository beside it: every markdown link is absolute
+    (the book's pages) or to a place on the page; its last cell grades this very notebook, locally and on Colab."""
+    nb = nbformat.read(path, as_version=4)
+    links = [link for cell in nb.cells if cell.cell_type == "markdown"
+             for link in re.findall(r"\]\(([^)\s]+)", cell.source)]
+    relative = [link for link in links if not link.startswith(("https://", "http://", "#"))]
+    assert not relative, f"{path.name} links to paths that exist only in the repository: {relative}"
+    last = nb.cells[-1].source
+    assert f"vit_course grade notebooks/{path.name}" in last and f"/{path.name}" in last.split("Colab", 1)[1]
+
+
+def test_book_links_become_the_published_pages():
+    source = "See [the appendix](../book/recipes.md#crop) and [results](../book/results.md), [PyTorch](https://x.y)."
+    assert notebooks.absolute_links(source) == (f"See [the appendix]({notebooks.BOOK_URL}/recipes.html#crop) and "
+                                                f"[results]({notebooks.BOOK_URL}/results.html), [PyTorch](https://x.y).")
+
+
+@pytest.mark.parametrize("path", STUDENTS, ids=lambda p: p.stem)
 def test_untouched_student_notebook_stops_at_first_check(path):
     from nbclient.exceptions import CellExecutionError
 

@@ -46,18 +46,18 @@ class Accepted(Exception):
 
 @pytest.mark.parametrize("name", sorted(SETTINGS_BEFORE))
 def test_the_settings_stored_before_are_accepted_and_others_refused(tmp_path, monkeypatch, name):
-    def accepted(device=None):
+    def accepted(threads=None):
         raise Accepted
 
-    monkeypatch.setattr(recipes, "pick_device", accepted)  # the first thing train_recipe does after the check
+    monkeypatch.setattr(recipes, "pick_threads", accepted)  # the first thing train_recipe does after the check
     model = ViT(**recipes.RECIPES[name]["model"])
     for settings, expected in ((SETTINGS_BEFORE[name], Accepted), ({**SETTINGS_BEFORE[name], "seed": 1}, ValueError)):
         save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings=settings)
         with pytest.raises(expected):
-            recipes.train_recipe(name, out=tmp_path, resume=True, progress=False)
+            recipes.train_recipe(name, out=tmp_path, resume=True, progress=False, device="cpu")
     save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings={**SETTINGS_BEFORE[name], "amp": "bf16"})
     with pytest.raises(ValueError, match="settings differ"):  # only "native", the default it became, is let through
-        recipes.train_recipe(name, out=tmp_path, resume=True, progress=False)
+        recipes.train_recipe(name, out=tmp_path, resume=True, progress=False, device="cpu")
 
 
 OLD_RUNS = """

@@ -13,10 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vit_course"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
-def test_modules_and_functions_are_small():
-    long_modules = {p.relative_to(PACKAGE).as_posix(): n for p in MODULES
-                    if (n := len(p.read_text().splitlines())) > 250}
-    assert not long_modules, f"modules over 250 lines: {long_modules}"
+def test_functions_are_small():
+    """A function does one thing (a module is as long as its one idea needs: no ceiling on modules)."""
     long_functions = []
     for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):

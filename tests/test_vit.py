@@ -162,6 +162,25 @@ def test_hybrid_stem_makes_tokens_from_a_feature_map():
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
+@pytest.mark.parametrize("on_mps", [False, True])
+def test_hybrid_stem_feeds_batch_norm_channels_last_except_on_mps(monkeypatch, on_mps):
+    """Channels-last pays on CPUs; on MPS, BatchNorm2d's gradients for channels-last input were wrong (PyTorch issue
+    #175189), so there the stem keeps every tensor contiguous. The CPU stands in for MPS by taking its layout."""
+    from vit_course import hybrid
+
+    assert hybrid.memory_layout(torch.device("mps")) == torch.contiguous_format
+    assert hybrid.memory_layout(torch.device("cpu")) == torch.channels_last
+    if on_mps:
+        monkeypatch.setattr(hybrid, "memory_layout", lambda device: torch.contiguous_format)
+    stem = hybrid.ConvStem(3, (8, 16))  # its weights are channels-last, as built
+    seen = []
+    for layer in stem.layers:
+        if isinstance(layer, torch.nn.BatchNorm2d):
+            layer.register_forward_pre_hook(lambda module, args: seen.append(args[0].is_contiguous()))
+    stem(torch.randn(2, 3, 16, 16)).sum().backward()
+    assert seen == [on_mps, on_mps], f"BatchNorm2d inputs contiguous: {seen}"
+
+
 @pytest.mark.parametrize("stem_pool", [True, False])
 @pytest.mark.parametrize("side", [28, 27, 30])
 def test_hybrid_stem_grid_is_the_stems_output_for_any_side(side, stem_pool):

@@ -29,6 +29,10 @@ from vit_course.kernel import ROOT, TIMEOUT, run
 
 REPO_URL = "https://github.com/vit-course/vit-from-scratch"
 BRANCH = "main"
+# Where the built book (`make book`: book/_build/html) is served, by GitHub Pages from REPO_URL. A student notebook
+# opens on Colab or a laptop, without the repository beside it: its links to the book's pages point here.
+BOOK_URL = "https://vit-course.github.io/vit-from-scratch"
+BOOK_LINK = re.compile(r"\]\(\.\./book/([\w/-]+)\.md(#[\w-]*)?\)")  # ](../book/recipes.md#anchor)
 
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BEGIN, END = re.compile(r"^(\s*)### BEGIN SOLUTION\b\s*(\w*)"), re.compile(r"^\s*### END SOLUTION\b")
@@ -63,6 +67,27 @@ from vit_course import checks
 torch.manual_seed(0)
 device = vit_course.pick_device()
 print("Using device:", device.type)'''
+
+
+def grading_source(name):
+    """The last cell of every chapter: how to grade the notebook, locally and on Colab."""
+    return f'''**Grade your notebook.** `python -m vit_course grade notebooks/{name}.ipynb` runs it top to bottom in a
+fresh kernel and prints ✔ or ✘ for each exercise, with the likely cause under a ✘. On Colab, save it first (*File > Save
+a copy in Drive* puts it in Drive's *Colab Notebooks* folder), then run in a new cell at the end of the notebook:
+
+```python
+from google.colab import drive
+drive.mount("/content/drive")
+!python -m vit_course grade "/content/drive/MyDrive/Colab Notebooks/Copy of {name}.ipynb"
+```
+
+Or, without Drive: *File > Download > Download .ipynb*, upload the file in the *Files* pane on the left, and grade
+`/content/{name}.ipynb`. Grading stops after the last check cell, so the cell that grades is not run again.'''
+
+
+def absolute_links(source):
+    """A markdown cell's links to the book's pages (``../book/X.md``) as links to the published book."""
+    return BOOK_LINK.sub(lambda m: f"]({BOOK_URL}/{m[1]}.html{m[2] or ''})", source)
 
 
 def _enclosing_name(lines, index):
@@ -134,7 +159,8 @@ def _with_badge(source, name):
 
 
 def refresh_solution(nb, name):
-    """Write the Colab badge and setup cell into a solution notebook; True if anything changed.
+    """Write the Colab badge, the setup cell and the closing grading note into a solution notebook; True if anything
+    changed.
 
     A setup cell whose source is already current keeps everything; an updated one keeps its outputs
     (the badge and the install line do not change what the cell prints). The setup cell is tagged
@@ -157,6 +183,12 @@ def refresh_solution(nb, name):
         changed = True
     if setup.source != setup_source():
         setup.source, changed = setup_source(), True
+    last = nb.cells[-1]
+    if "grading" not in last.get("metadata", {}).get("tags", []):
+        last = nbformat.v4.new_markdown_cell("", id="grading", metadata={"tags": ["grading"]})
+        nb.cells.append(last)
+    if last.source != grading_source(name):
+        last.source, changed = grading_source(name), True
     return changed
 
 
@@ -170,6 +202,8 @@ def student_version(nb, name="notebook"):
         if cell.cell_type == "code":
             cell.source = strip_solutions(cell.source, f"{name}, cell {index}")[0]
             cell.outputs, cell.execution_count = [], None
+        else:  # opened on Colab or a laptop, without the repository's book/ beside it
+            cell.source = absolute_links(cell.source)
     kernelspec = nb.metadata.get("kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"})
     student.metadata = {"kernelspec": dict(kernelspec), "language_info": {"name": "python"}}
     for key in ("accelerator", "colab"):  # Colab reads the GPU request (chapters that train) from these

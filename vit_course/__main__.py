@@ -10,7 +10,7 @@ from . import IMPORTED_AT
 
 ROLES = {  # what each recipe is for, in `train --help`
     "mnist": "chapter 06", "cifar10": "chapter 07", "cifar10-plain": "chapter 08's model",
-    "cifar10-plain-basic": "chapter 08's contrast", "cifar10-gpu": "chapter 07 on a GPU; the course has not run it",
+    "cifar10-plain-basic": "chapter 08's contrast", "cifar10-gpu": "chapter 07 on a GPU",
     "cifar10-plain-mixup": "chapter 08's control: Mixup instead of CutMix",
 }
 
@@ -31,22 +31,23 @@ def build_parser():
 
     parser = argparse.ArgumentParser(prog="python -m vit_course", description="Vision Transformers from scratch")
     commands = parser.add_subparsers(dest="command", required=True)
-    lengths = [f"  {name}: " + (f"{r['time_budget']:.0f} s, as many epochs as fit" if r["time_budget"] else
-                                f"{r['train']['epochs']} epochs") + (f" ({ROLES[name]})" if name in ROLES else "")
-               for name, r in RECIPES.items()]
+    lengths = [f"  {name}: " + (f"on a CPU {r['time_budget']:.0f} s, as many epochs as fit; on a GPU (CUDA, MPS) "
+                                f"{r['gpu_epochs']} epochs" if r["time_budget"] else f"{r['train']['epochs']} epochs")
+               + (f" ({ROLES[name]})" if name in ROLES else "") for name, r in RECIPES.items()]
     train = commands.add_parser("train", help="train a ViT with a recipe (mnist, cifar10: the chapters' CPU ones)",
                                 description="Train a ViT with a recipe (vit_course/recipes.py) and write "
                                             "OUT/model.pt, OUT/metrics.json and OUT/curves.png.",
-                                epilog="How long each recipe trains (the paper-style ones take hours on a CPU):\n"
+                                epilog="How long each recipe trains (the paper-style ones take hours on a CPU); the "
+                                       "first line of a run says its plan:\n"
                                        + "\n".join(lengths), formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("recipe", choices=list(RECIPES), help="the recipe (vit_course/recipes.py)")
-    train.add_argument("--epochs", type=at_least(int, 1), help="epochs (default: the recipe's); a time-budgeted "
-                                                         "recipe still stops at its budget unless --time-budget 0")
+    train.add_argument("--epochs", type=at_least(int, 1), help="train N epochs on any device, with no time budget "
+                                                         "unless --time-budget is given too (default: the plan below)")
     train.add_argument("--out", help="output folder (default: runs/RECIPE)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best one here)")
     train.add_argument("--seed", type=int, default=0, help="seed of the weights, order and augmentation")
     train.add_argument("--time-budget", type=at_least(float, 0),
-                       help="seconds for the whole command (default: the recipe's; 0 = none)")
+                       help="seconds for the whole command (default: the recipe's on a CPU; 0 = none)")
     train.add_argument("--threads", type=at_least(int, 1),
                        help="CPU threads (default: one per core, 1 when the machine is busy)")
     train.add_argument("--resume", action="store_true",

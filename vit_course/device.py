@@ -21,12 +21,20 @@ def pick_device(device=None):
             raise ValueError("device 'cuda' was asked for, but torch.cuda.is_available() is False here (no GPU, or a "
                              "CPU build of PyTorch; on Colab: Runtime > Change runtime type): leave the device out "
                              "to use the best one available")
+        if device.type == "mps" and not _mps_available():
+            raise ValueError("device 'mps' was asked for, but torch.backends.mps.is_available() is False here (MPS "
+                             "is the GPU of a Mac with Apple silicon, macOS 12.3 or later): leave the device out to "
+                             "use the best one available")
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if _mps_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _mps_available():
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
 
 def resume_state(device, scaler=None):

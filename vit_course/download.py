@@ -45,9 +45,14 @@ class DatasetCorrupt(ValueError):
     """A file on disk or a download is not what it should be (structure or checksum)."""
 
 
+DOWNLOAD_MB = {"mnist": 12, "cifar10": 170}  # what the first load() fetches: the four MNIST files, the archive
+
+
 def fetch(name, split, root, missing, download):
     """Download what ``load`` misses, or raise DatasetNotFound saying how to provide the files."""
     problems = ["download=False"]
+    if download:  # the first load of a dataset says what it costs, once: the files stay in root afterwards
+        print(f"downloading {name} (about {DOWNLOAD_MB[name]} MB, once) into {root}", flush=True)
     if download and name == "mnist":
         for rel in missing:
             problems = download_file(rel.split("/")[-1], MIRRORS["mnist"], root / "mnist")

@@ -38,7 +38,18 @@ class ConvStem(nn.Module):
         self.to(memory_format=torch.channels_last)
 
     def forward(self, images):
-        return self.layers(images.contiguous(memory_format=torch.channels_last))
+        layout = memory_layout(images.device)
+        x = images.contiguous(memory_format=layout)  # (b, C, H, W)
+        for layer in self.layers:
+            x = layer(x.contiguous(memory_format=layout))  # a no-op where x is in that layout already
+        return x  # (b, channels[-1], h, w)
+
+
+def memory_layout(device):
+    """The stem's memory layout on ``device``: channels-last, except on Apple's MPS, where BatchNorm2d has computed
+    wrong gradients for channels-last input (PyTorch issue #175189, training diverges within steps; fixed only in
+    2026 releases), so every layer there gets the standard contiguous layout."""
+    return torch.contiguous_format if device.type == "mps" else torch.channels_last
 
 
 def hybrid_stem(in_channels, stem_channels, image_size, pool=True):

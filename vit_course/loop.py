@@ -125,7 +125,9 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
     Returns the history: dict of lists epoch (fractional where the budget cut it), train_loss, test_loss, test_acc
     (one view), lr, seconds (cumulative); with test_flips also flip_acc, the last accuracy with flips (a number).
-    Runs without a time budget are exactly reproducible (under a budget the schedule follows the clock).
+    Without a time budget a run on a CPU is exactly reproducible; on a GPU, kernels that add in a varying order
+    (atomic adds in backward passes, algorithms picked by timing) make two runs differ slightly, and so do the
+    GPU's and the CPU's arithmetic. Under a budget the schedule follows the clock, so no run repeats exactly.
     KeyboardInterrupt: the model is left in eval mode with the last step's weights, the checkpoint keeps the last
     finished epoch, and the interrupt is re-raised.
     """

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -19,13 +20,17 @@ import torch
 from .augment import mix_batch
 from .batches import AUGMENT, loaders
 from .checkpoint import read_checkpoint, save_checkpoint
-from .device import machine, pick_device, pick_threads
+from .data import DATASETS
+from .device import amp_settings, machine, pick_device, pick_threads
 from .files import write_json
 from .loop import TrainConfig, fit, precision
+from .train import train_step
 from .vit import ViT
 
-# epochs=None: the run trains until its time budget is used, its cosine re-planned from the measured pace so it ends
-# decayed (loop.learning_rate), so a faster machine trains longer instead of stopping at a cap; --epochs N fixes them.
+# epochs=None: on a CPU the run trains until its time budget is used, its cosine re-planned from the measured pace so
+# it ends decayed (loop.learning_rate), so a faster machine trains longer instead of stopping at a cap. A GPU would run
+# such a schedule for hundreds of epochs in the same minutes: there it trains gpu_epochs, about what the shipped CPU
+# run reached (``plan``). --epochs N means N epochs on any device.
 RECIPES = {
     # A hybrid ViT (the paper's section 3.1): a three-stage conv stem turns a digit into a 4x4 map of 16 tokens,
     # which learns the strokes in the few epochs five minutes allow on the slowest 2-core machine
@@ -39,6 +44,7 @@ RECIPES = {
         "augment": dict(max_shift=1),  # keywords for batches.mnist_augment
         "time_budget": 285,  # seconds for the whole command, start-up included (target: 300)
         "reserve": 6,  # seconds kept for writing the results
+        "gpu_epochs": 12,  # on CUDA or MPS, instead of the budget: the shipped CPU run reached 12.1
     },
     # The same hybrid for CIFAR-10 (Compact Transformers, Hassani et al. 2021): the conv stem gives a small ViT the
     # locality a plain one needs 100+ epochs to learn; flips without crops (not tested against a crop: see
@@ -52,6 +58,7 @@ RECIPES = {
         "augment": dict(padding=0),  # keywords for batches.cifar_augment: no crop, flips only
         "time_budget": 1775,
         "reserve": 10,
+        "gpu_epochs": 36,  # the shipped CPU run reached 36.5
     },
     # The paper's own architecture, no conv stem: 4x4 patches, a class token, a learned position table, 6 blocks
     # (benchmarks/results/plain_recipe_speed.json: width 128). It must learn locality from 50,000 images, so it is
@@ -81,7 +88,7 @@ RECIPES = {
         "time_budget": None,
         "reserve": 0,
     },
-    # For a GPU such as Colab's T4, sized from FLOP counts; it cannot run here, so no accuracy is claimed for it.
+    # For a GPU such as Colab's T4, sized from FLOP counts (what it reaches: benchmarks/results/gpu_check.json).
     "cifar10-gpu": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=192, depth=6, num_heads=6,
@@ -101,8 +108,9 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
                  progress=True, started=None, threads=None, resume=False):
     """Train recipe ``name`` and write OUT/model.pt, OUT/metrics.json, OUT/curves.png; -> metrics dict.
 
-    time_budget: seconds for the whole command (default: the recipe's; 0: none); the training gets what is
-        left after loading the data, minus the recipe's reserve for writing the files.
+    epochs, time_budget: how long, as ``plan`` decides from them and the device; a budget is seconds for the whole
+        command (0: none), and the training gets what is left after loading the data, minus the recipe's reserve
+        for writing the files.
     subset: train on the first ``subset`` images only and test on as many (for quick tests).
     started: ``time.perf_counter()`` at the command's start (default: now).
     threads: CPU threads (default: ``device.pick_threads()``).
@@ -113,13 +121,15 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
     started = time.perf_counter() if started is None else started
     recipe, out = RECIPES[name], Path(out if out is not None else Path("runs") / name)
+    device, load_before = pick_device(device), _load_average()
+    epochs, budget = plan(name, device, epochs, time_budget)
     info = run_info(name, epochs=epochs, seed=seed)  # what the checkpoints store, to resume only this run
-    settings = {**recipe["train"], "epochs": info["settings"]["epochs"]}
+    settings = {**recipe["train"], "epochs": epochs}
     batch_size = settings.pop("batch_size")
-    budget = _budget(name, time_budget, settings["epochs"])
     if resume:
         check_resumable(out / "checkpoint.pt", recipe["model"], info)
-    device, load_before = pick_device(device), _load_average()
+    if progress:
+        print(describe_plan(name, device, epochs, budget))
     if device.type == "cpu":
         torch.set_num_threads(pick_threads(threads))
     torch.manual_seed(seed)
@@ -181,14 +191,62 @@ def _recipe_loaders(recipe, batch_size, device, seed, subset):
     return train, test
 
 
-def _budget(name, time_budget, epochs):
-    """The run's budget in seconds (None: none); a recipe without epochs must have one to end."""
-    budget = RECIPES[name]["time_budget"] if time_budget is None else time_budget
-    budget = None if budget in (0, float("inf")) else budget
-    if budget is None and epochs is None:
+def plan(name, device, epochs=None, time_budget=None):
+    """How long recipe ``name`` trains on ``device``: -> (epochs or None, time budget in seconds or None).
+
+    ``epochs`` given (--epochs N): N epochs on any device, under a budget only if ``time_budget`` is given too.
+    Otherwise a CPU follows the recipe (its epochs, or as many as its budget holds); a GPU (CUDA, MPS) trains a
+    budgeted recipe's ``gpu_epochs`` instead of its budget. ``time_budget``: seconds (0: none) replacing the
+    recipe's; a run without epochs must have one to end.
+    """
+    recipe = RECIPES[name]
+    budget = None if time_budget in (0, float("inf")) else time_budget
+    if epochs is not None:
+        return _positive(epochs), budget
+    if device.type in ("cuda", "mps") and recipe.get("gpu_epochs"):
+        return recipe["gpu_epochs"], budget
+    budget = recipe["time_budget"] if time_budget is None else budget
+    if budget is None and recipe["train"]["epochs"] is None:
         raise ValueError(f"recipe {name!r} trains until its time budget is used: without a budget "
                          f"(--time-budget 0) give the epochs (--epochs N)")
-    return budget
+    return recipe["train"]["epochs"], budget
+
+
+def describe_plan(name, device, epochs, budget):
+    """The run's first line: the recipe, the device, how long (``plan``) and in what precision."""
+    recipe = RECIPES[name]
+    if epochs is None:
+        length = f"as many epochs as {budget:.0f} s hold (the recipe's CPU budget, start-up included)"
+    else:
+        gpu_plan = epochs == recipe.get("gpu_epochs") and device.type in ("cuda", "mps")
+        length = f"{epochs} epochs" + (f" (its GPU plan, about what its {recipe['time_budget']} s budget reaches on "
+                                       f"a 2-core CPU)" if gpu_plan else "")
+        length += f", or {budget:.0f} s if that comes first" if budget is not None else ""
+    return f"{name} on {device}: {length}; {precision('auto', device)} precision"
+
+
+def estimate_seconds(name, device=None, epochs=None, steps=10):
+    """About how many seconds recipe ``name`` trains on ``device`` (``plan``'s epochs): ``steps`` training steps
+    of its model on random images are timed, after two that pay for the start-up, and scaled to the plan's steps.
+    Loading, augmentation and the evaluations come on top. A budgeted plan takes its budget."""
+    recipe, device = RECIPES[name], pick_device(device)
+    epochs, budget = plan(name, device, epochs)
+    if epochs is None:
+        return float(budget)
+    data, batch_size = DATASETS[recipe["dataset"]], recipe["train"]["batch_size"]
+    torch.manual_seed(0)
+    model = ViT(**recipe["model"]).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["train"]["lr"])
+    autocast, scaler = amp_settings("auto", device)
+    images = torch.randn(batch_size, *data["shape"], device=device)  # (b, C, H, W)
+    labels = torch.randint(len(data["classes"]), (batch_size,), device=device)  # (b,)
+    for i in range(2 + steps):
+        if i == 2:  # train_step returns loss.item(), which waits for the GPU: the clock starts on an idle device
+            tick = time.perf_counter()
+        with autocast or nullcontext():
+            train_step(model, images, labels, optimizer, recipe["train"]["label_smoothing"], scaler)
+    per_step = (time.perf_counter() - tick) / steps
+    return per_step * epochs * (data["sizes"]["train"] // batch_size)
 
 
 def _positive(epochs):
@@ -239,4 +297,5 @@ def differences(stored, config, info):
     return [key for key in ours if plain(ours[key]) != plain(theirs[key])], theirs, ours
 
 
-__all__ = ["RECIPES", "check_resumable", "differences", "full_config", "run_info", "train_recipe"]
+__all__ = ["RECIPES", "check_resumable", "describe_plan", "differences", "estimate_seconds", "full_config", "plan",
+           "run_info", "train_recipe"]
