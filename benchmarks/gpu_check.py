@@ -12,7 +12,8 @@ The steps, each recorded with ``ok``, ``seconds`` and ``error``:
   its setup cell must report the GPU. The full check runs them beside the recipes, three at a time.
 - recipe mnist, cifar10, cifar10-gpu: ``python -m vit_course train NAME`` on the device's plan (``recipes.plan``),
   with ``--recipe-seconds`` as a time budget, so a plan that would not fit the check ends early, decayed, and is
-  recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on the test set.
+  recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on the test set; the whole
+  plan's seconds as ``recipes.estimate_seconds`` foresees them and at the pace the run kept.
 - precision float16+scaler (what a T4 trains in) and bfloat16: 20 training steps of the cifar10 recipe's model on
   real images in that precision, which must leave a finite, lower loss.
 - parity timm: tests/test_timm.py (our ViT against timm's, weights converted) with the GPU as default device.
@@ -23,6 +24,7 @@ Writes ``benchmarks/results/gpu_check.json`` (``--out``): device, torch, smoke, 
 # ruff: noqa: E402 (common puts this checkout on the path first)
 import argparse
 import concurrent.futures
+import importlib.util
 import math
 import os
 import platform
@@ -43,7 +45,7 @@ from vit_course.data import DATASETS
 from vit_course.device import amp_settings
 from vit_course.files import write_json
 from vit_course.kernel import run
-from vit_course.recipes import RECIPES, plan, train_recipe
+from vit_course.recipes import RECIPES, estimate_seconds, plan, train_recipe
 from vit_course.train import train_step
 
 NOTEBOOKS = sorted((common.ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -72,6 +74,10 @@ def notebook(path, device):
     """Run the solution notebook at ``path`` in a fresh kernel (cwd: a fresh folder); its setup cell must print the
     device this check runs on."""
     def work():
+        missing = [name for name in ("nbclient", "ipykernel") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise RuntimeError(f"running a notebook needs {' and '.join(missing)} (dependencies of the package: "
+                               "`pip install -e .`, or their wheels on a machine without network)")
         nb = nbformat.read(path, as_version=4)
         with tempfile.TemporaryDirectory() as folder:
             run(nb, folder, timeout=600)
@@ -86,11 +92,14 @@ def recipe(name, device, seconds, smoke, out):
     """Train recipe ``name`` on the device's plan, within ``seconds`` (smoke: one epoch on 512 images)."""
     def work():
         planned = 1 if smoke else plan(name, device)[0]
+        estimate = estimate_seconds(name, device, epochs=planned, steps=3 if smoke else 20)  # what chapter 07 prints
         metrics = train_recipe(name, epochs=planned, out=out / name, device=device,
                                time_budget=None if smoke else seconds, subset=512 if smoke else None, progress=False)
         return {"accuracy": round(metrics["test_accuracy"], 4), "epochs": round(metrics["epochs"], 2),
                 "planned_epochs": planned, "shortened": metrics["epochs"] < planned,
-                "precision": metrics["precision"], "train_seconds": metrics["train_seconds"]}
+                "precision": metrics["precision"], "train_seconds": metrics["train_seconds"],
+                "estimated_plan_seconds": round(estimate, 1),  # estimate_seconds: timed steps, scaled to the plan
+                "paced_plan_seconds": round(metrics["train_seconds"] / metrics["epochs"] * planned, 1)}
     return work
 
 
@@ -112,6 +121,10 @@ def precision_steps(label, device, steps=20):
         torch.manual_seed(0)
         model = ViT(**config).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        with autocast or nullcontext(), torch.no_grad():
+            produced = model(next(iter(batches))[0]).dtype
+        if produced != dtype:
+            raise RuntimeError(f"under autocast the model computed in {produced}, not {dtype}")
         losses = []
         while len(losses) < steps:
             for x, y in batches:
@@ -122,7 +135,7 @@ def precision_steps(label, device, steps=20):
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
         if not all(math.isfinite(loss) for loss in losses) or last >= first:
             raise RuntimeError(f"the loss did not fall: first five steps {first:.3f}, last five {last:.3f}")
-        return {"loss": [round(first, 3), round(last, 3)], "dtype": str(dtype).removeprefix("torch."),
+        return {"loss": [round(first, 4), round(last, 4)], "dtype": str(dtype).removeprefix("torch."),
                 **({"loss_scale": scaler.get_scale()} if scaler is not None else {})}
     return work
 
@@ -138,6 +151,15 @@ def parity(device):
             raise RuntimeError(f"pytest tests/test_timm.py: {last}\n{done.stdout[-1500:]}{done.stderr[-500:]}")
         return {"pytest": last}
     return work
+
+
+def commit():
+    """The checkout's commit, where git and the history are there (a copy without .git: None)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True, text=True)
+    except OSError:  # no git on this machine
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def describe_data():
@@ -169,6 +191,8 @@ def main(argv=None):
     started = time.perf_counter()
     record = {"device": torch.cuda.get_device_name() if device.type == "cuda" else device.type,
               "torch": str(torch.__version__), "python": platform.python_version(), "smoke": args.smoke,
+              "command": " ".join(["python benchmarks/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]),
+              "commit": commit(),
               "data": {"note": args.data, **describe_data()}, "recipe_seconds": None if args.smoke else
               args.recipe_seconds, "steps": []}
     print(f"GPU check on {record['device']} (torch {record['torch']}){', smoke' if args.smoke else ''}", flush=True)

@@ -245,6 +245,46 @@ def test_the_committed_resolution_runs_have_every_accuracy_time_and_the_referenc
     assert {"name", "accuracy", "seconds"} <= set(result["reference"])
 
 
+@needs_data
+def test_gpu_check_smoke_runs_every_kind_of_step_and_records_it(tmp_path):
+    """The GPU check's own smoke run, cut to one notebook (nbval runs all nine): every kind of step runs on this
+    machine's device and lands in the record the results page reads."""
+    import subprocess
+
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--notebooks", "01", "--out",
+                           str(out), "--data", "CI"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["smoke"] is True and record["device"] == torch.device(vit_course.pick_device()).type
+    assert record["data"] == {"note": "CI", "cifar10": "the course's copy", "cifar10_mean_abs_difference": 0.0}
+    steps = {(s["kind"], s["name"]): s for s in record["steps"]}
+    assert set(steps) == {("notebook", "01"), ("recipe", "mnist"), ("recipe", "cifar10"), ("recipe", "cifar10-gpu"),
+                          ("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")}
+    assert all(s["ok"] for s in steps.values()), [s for s in steps.values() if not s["ok"]]
+    assert steps[("recipe", "mnist")]["epochs"] == 1 and 0 <= steps[("recipe", "mnist")]["accuracy"] <= 1
+    assert steps[("precision", "float16+scaler")]["loss_scale"] > 0
+    where, rows = results.gpu_check(tmp_path)
+    assert "(smoke run)" in where and len(rows) == len(steps) and all(row[1] == "yes" for row in rows)
+
+
+def test_a_gpu_check_step_that_fails_is_recorded_and_the_check_goes_on():
+    gpu_check = benchmark("gpu_check")
+    failed = gpu_check.step("recipe", "mnist", lambda: 1 / 0)
+    assert not failed["ok"] and "ZeroDivisionError" in failed["error"] and failed["seconds"] >= 0
+    assert gpu_check.step("parity", "timm", lambda: {"pytest": "15 passed"})["ok"]
+
+
+def test_the_committed_gpu_check_ran_on_a_gpu_and_every_step_it_holds_passed():
+    """The record on the results page: a run on a CUDA GPU (not --smoke) whose steps all passed; the page says which
+    steps of a full run it lacks (tools.results.gpu_check)."""
+    record = json.loads((BENCHMARKS / "results" / "gpu_check.json").read_text())
+    assert not record["smoke"] and record["device"] != "cpu"
+    steps = {(s["kind"], s["name"]): s["ok"] for s in record["steps"]}
+    assert steps and set(steps) <= set(results.GPU_STEPS), set(steps) - set(results.GPU_STEPS)
+    assert all(steps.values()), {key for key, ok in steps.items() if not ok}
+
+
 def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():
     with pytest.raises(FileNotFoundError, match=r"python benchmarks/no_such\.py"):
         measurement("no_such")

@@ -102,7 +102,8 @@ def test_badge_and_setup_cell_come_from_one_setting():
     nb.cells[0].source = nb.cells[0].source.replace("99_test", "00_old")
     assert notebooks.refresh_solution(nb, "99_test")  # a stale badge/setup is rewritten ...
     assert "old" not in nb.cells[0].source + nb.cells[1].source and nb.cells[1].outputs[0].text == "Using device: cpu\n"
-    assert not notebooks.refresh_solution(nb, "99_test") and len(nb.cells) == 4  # ... once, outputs kept
+    assert not notebooks.refresh_solution(nb, "99_test") and len(nb.cells) == 5  # ... once, outputs kept
+    assert nb.cells[-1].metadata["tags"] == ["grading"] and "grade notebooks/99_test.ipynb" in nb.cells[-1].source
 
 
 @pytest.mark.parametrize("source, message", [

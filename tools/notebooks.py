@@ -75,7 +75,7 @@ def grading_source(name):
 fresh kernel and prints ✔ or ✘ for each exercise, with the likely cause under a ✘. On Colab, save it first (*File > Save
 a copy in Drive* puts it in Drive's *Colab Notebooks* folder), then run in a new cell at the end of the notebook:
 
-```python
+```ipython3
 from google.colab import drive
 drive.mount("/content/drive")
 !python -m vit_course grade "/content/drive/MyDrive/Colab Notebooks/Copy of {name}.ipynb"

@@ -167,6 +167,44 @@ def seeds_table(results=BENCHMARKS):
 
 
 
+GPU_HEADER = ["step", "ok", "seconds", "what it did"]
+GPU_STEPS = ([("notebook", f"{n:02d}") for n in range(1, 10)]  # the steps of a full run of benchmarks/gpu_check.py
+             + [("recipe", name) for name in ("mnist", "cifar10", "cifar10-gpu")]
+             + [("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")])
+
+
+def gpu_check(results=BENCHMARKS):
+    """The GPU check's record (``benchmarks/gpu_check.py``): (one line on where and how it ran, a row of strings per
+    step, ``GPU_HEADER``); (None, []) before one is committed."""
+    path = Path(results) / "gpu_check.json"
+    if not path.is_file():
+        return None, []
+    record = json.loads(path.read_text())
+    data = record["data"]
+    where = (f"{record['device']}, PyTorch {record['torch']}, {format_seconds(record['seconds'])} in all"
+             f"{' (smoke run)' if record['smoke'] else ''}; CIFAR-10: {data['cifar10']}"
+             + (f" ({data['note']})" if data.get("note") else ""))
+    missing = sorted(set(GPU_STEPS) - {(s["kind"], s["name"]) for s in record["steps"]})
+    if missing:
+        where += "; a partial run, without " + ", ".join(f"{kind} {name}" for kind, name in missing)
+    where += f" ({record['command']}, commit {record['commit']})" if record.get("command") else ""
+    rows = [[f"{s['kind']} {s['name']}", "yes" if s["ok"] else "no", f"{s['seconds']:.0f}", _gpu_result(s)]
+            for s in record["steps"]]
+    return where, rows
+
+
+def _gpu_result(step):
+    if not step["ok"]:
+        return "failed: " + step.get("error", "").splitlines()[0]
+    if step["kind"] == "recipe":
+        return (f"{step['accuracy']:.2%} test accuracy after {step['epochs']:.2f} of {step['planned_epochs']} "
+                f"epochs ({step['precision']})" + (": cut by the check's time budget" if step["shortened"] else ""))
+    if step["kind"] == "precision":
+        scale = f", loss scale {step['loss_scale']:.0f}" if "loss_scale" in step else ""
+        return f"loss {step['loss'][0]} -> {step['loss'][1]} over 20 steps ({step['dtype']}{scale})"
+    return step.get("pytest") or "ran top to bottom, on the GPU"
+
+
 def _where(machine):
     """A run's recorded machine as 'AMD EPYC, AVX512' ('..., AVX512, AMX' with matrix tiles), or 'not recorded'."""
     machine = machine or {}

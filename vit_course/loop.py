@@ -68,12 +68,18 @@ class Budget:
         self.seconds, self.started = seconds, time.perf_counter() - spent
         self.test_batches, self.final_passes = test_batches, final_passes
         self.step_seconds, self.pass_seconds = 0.0, None  # one evaluation pass, once measured
+        self.steps_seen = 0
 
     def elapsed(self):
         return time.perf_counter() - self.started
 
-    def record_step(self, seconds):  # a running mean
-        self.step_seconds = seconds if self.step_seconds == 0 else 0.9 * self.step_seconds + 0.1 * seconds
+    def record_step(self, seconds):
+        """A running mean of the step time. A stretch's first step is left out: it pays for the start-up (on a GPU
+        its context and kernel choices, seconds where a step takes milliseconds), and a final evaluation guessed
+        from it could take the whole budget."""
+        self.steps_seen += 1
+        if self.steps_seen > 1:
+            self.step_seconds = seconds if self.step_seconds == 0 else 0.9 * self.step_seconds + 0.1 * seconds
 
     def left(self):
         """Seconds left for training steps, the final evaluation set aside (inf without a limit)."""

@@ -18,10 +18,12 @@ from sphinx.util.docutils import SphinxDirective
 from tools.results import (  # noqa: F401
     BENCHMARKS,
     BOOK_HEADER,
+    GPU_HEADER,
     RUNS,
     SEEDS_HEADER,
     book_rows,
     format_seconds,
+    gpu_check,
     read_metrics,
     seed_rows,
     variant_notes,
@@ -80,6 +82,18 @@ class ResultsTable(SphinxDirective):
         return out
 
 
+class GpuCheckTable(SphinxDirective):
+    """`{gpu-check-table}`: the last full GPU check (benchmarks/results/gpu_check.json), a row per step."""
+
+    def run(self):
+        self.env.note_dependency(str(BENCHMARKS / "gpu_check.json"))
+        where, rows = gpu_check()
+        if where is None:
+            return [nodes.paragraph(text="No GPU check is recorded yet: python benchmarks/gpu_check.py records one.")]
+        return [nodes.paragraph(text=where), make_table(GPU_HEADER, rows, widths=[14, 4, 6, 50])]
+
+
 def setup(app):
     app.add_directive("results-table", ResultsTable)
+    app.add_directive("gpu-check-table", GpuCheckTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
