@@ -70,9 +70,14 @@ def test_rollout_map_reads_the_class_token_row():
     shown = rollout_map([a], (2, 3), image_size=(8, 12))
     assert shown.shape == (2, 8, 12)
     torch.testing.assert_close(shown.flatten(1).amax(1), torch.ones(2))
-    # nearest upsampling copies each patch's value over its 4 x 4 pixels
-    blocks = rollout_map([a], (2, 3), image_size=(8, 12), normalize=False, mode="nearest")
-    torch.testing.assert_close(blocks[:, ::4, ::4], raw)
+    # by default (nearest) each patch's value covers its 4 x 4 pixels: the map is drawn cell by cell
+    blocks = rollout_map([a], (2, 3), image_size=(8, 12), normalize=False)
+    torch.testing.assert_close(blocks, raw.repeat_interleave(4, 1).repeat_interleave(4, 2))
+    cells = attention_map(a, (2, 3), image_size=(8, 12), normalize=False)  # (2, 3 heads, 8, 12)
+    per_head = a[:, :, 0, 1:].unflatten(-1, (2, 3))  # (2, 3, 2, 3): each head's class-token row on the grid
+    torch.testing.assert_close(cells, per_head.repeat_interleave(4, 2).repeat_interleave(4, 3))
+    smooth = rollout_map([a], (2, 3), image_size=(8, 12), normalize=False, mode="bilinear")  # asked for: blended
+    assert not torch.allclose(smooth, blocks)
 
 
 def test_maps_without_class_token_average_the_patch_rows():

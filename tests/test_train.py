@@ -389,6 +389,8 @@ def test_shipped_checkpoint_matches_its_metrics(name):
     from vit_course.recipes import RECIPES
 
     model, state = ckpt.load_pretrained(name)
+    assert state["metrics"]["recipe"] == name  # the name it ships as, also for a run trained under an older name
+    assert state["metrics"].get("trained_as") == state.get("trained_as")
     assert ckpt.pretrained_path(name).stat().st_size < 4.5e6
     assert full_config(state["config"]) == full_config(RECIPES[name]["model"])  # builds what the recipe trains
     _, test = loaders(RECIPES[name]["dataset"], 500, device="cpu", augment=False)

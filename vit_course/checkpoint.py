@@ -94,12 +94,17 @@ def load_pretrained(name, device="cpu"):
     """The ViT trained by ``python -m vit_course train NAME`` that ships with the package.
 
     -> (model in eval mode, checkpoint dict with config, history and metrics). Loads in well under a second.
+    The metrics name the recipe it ships as, and ``trained_as`` the name it trained under if that differs (a run
+    written before its recipe was renamed keeps the old name inside its metrics: the shipped names win).
     """
     path = pretrained_path(name)
     if not path.is_file():
         raise FileNotFoundError(f"the {name} model does not ship with this copy of the package (no {path}): "
                                 f"train it with `python -m vit_course train {name}`")
-    return load_checkpoint(path, device=device)
+    model, checkpoint = load_checkpoint(path, device=device)
+    names = {key: checkpoint[key] for key in ("recipe", "trained_as") if checkpoint.get(key) is not None}
+    metrics = {key: value for key, value in checkpoint.get("metrics", {}).items() if key != "trained_as"}
+    return model, {**checkpoint, "metrics": {**metrics, **names}}
 
 
 __all__ = ["PRETRAINED", "load_checkpoint", "load_pretrained", "pretrained_path", "read_checkpoint", "save_checkpoint"]

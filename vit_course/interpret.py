@@ -93,7 +93,7 @@ def _to_grid(maps, grid_size, image_size, normalize, mode):
     return maps
 
 
-def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bilinear", pool=None):
+def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="nearest", pool=None):
     """The rollout of the class token over the patches, laid out on the patch grid (or the image).
 
     Args:
@@ -101,7 +101,8 @@ def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bi
         grid_size: (gh, gw) or an int for a square grid
         image_size: (H, W) or int to upsample the map over the image; None keeps (gh, gw)
         normalize: divide each map by its maximum, for display
-        mode: interpolation for the upsampling ("bilinear" or "nearest")
+        mode: interpolation for the upsampling: "nearest" (default) draws each token's cell as one flat square,
+            what the model sees; "bilinear" smooths the cells into blobs the model never made
         pool: the model's pooling, which says which row the head reads (``pooled_row``; None: guessed)
     Returns:
         (b, gh, gw), or (b, H, W) with image_size. For a mean-pooled model, the mean of the patch
@@ -112,7 +113,7 @@ def rollout_map(attentions, grid_size, image_size=None, normalize=True, mode="bi
     return _to_grid(pooled_row(rollout, k, pool), grid_size, image_size, normalize, mode)
 
 
-def attention_map(attention, grid_size, image_size=None, normalize=True, mode="bilinear", pool=None):
+def attention_map(attention, grid_size, image_size=None, normalize=True, mode="nearest", pool=None):
     """One layer's raw attention from the class token to the patches, per head.
 
     Args:

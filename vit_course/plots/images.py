@@ -10,6 +10,7 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap
 
 from ..patches import patch_grid
@@ -71,6 +72,26 @@ def show_overlay(ax, image, heat, title=None):
     if title:
         ax.set_title(title, fontsize=8)
     return ax.imshow(torch.as_tensor(heat).detach().cpu().numpy(), **OVERLAY)
+
+
+def outline_cells(ax, mask, cell, color="cyan", lw=1.2):
+    """Draw the outline of the cells where ``mask`` (gh, gw) is true, each ``cell`` pixels a side, on ``ax``:
+    the edges between a marked cell and an unmarked one (or the image's border)."""
+    mask = torch.as_tensor(mask).bool().cpu()
+    gh, gw = mask.shape
+    padded = torch.nn.functional.pad(mask, (1, 1, 1, 1))  # (gh + 2, gw + 2): unmarked all around
+    segments = []
+    for r, c in mask.nonzero().tolist():
+        y0, x0, y1, x1 = r * cell - 0.5, c * cell - 0.5, (r + 1) * cell - 0.5, (c + 1) * cell - 0.5
+        if not padded[r, c + 1]:
+            segments.append([(x0, y0), (x1, y0)])  # top
+        if not padded[r + 2, c + 1]:
+            segments.append([(x0, y1), (x1, y1)])  # bottom
+        if not padded[r + 1, c]:
+            segments.append([(x0, y0), (x0, y1)])  # left
+        if not padded[r + 1, c + 2]:
+            segments.append([(x1, y0), (x1, y1)])  # right
+    ax.add_collection(LineCollection(segments, colors=color, linewidths=lw))
 
 
 def plot_patch_grid(image, patch_size, per_row=16, title=None):

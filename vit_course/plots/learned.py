@@ -11,11 +11,12 @@ import torch
 from ..batches import normalize
 from ..embeddings import embedding_filters, position_embedding_similarity
 from ..interpret import attention_map, rollout_map, run_model
-from .images import show_image, show_overlay
+from .images import outline_cells, show_image, show_overlay
 
 
 def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None, pool=None):
-    """Attention from the class token to the patches, per head (columns) and layer (rows), over the image.
+    """Attention from the class token to the patches, per head (columns) and layer (rows), over the image, each
+    token's cell drawn as one square; the image itself in the first column.
 
     Args:
         attentions: the model's list of per-layer weights (b, h, n, n); the first image is drawn
@@ -27,14 +28,16 @@ def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None, p
     layers = list(range(len(attentions))) if layers is None else list(layers)
     heads = list(range(attentions[0].shape[1])) if heads is None else list(heads)
     size = image.shape[-2:]
-    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.6 * len(heads) + 0.8, 1.6 * len(layers)),
+    fig, axes = plt.subplots(len(layers), len(heads) + 1, figsize=(1.6 * len(heads) + 2.4, 1.6 * len(layers)),
                              squeeze=False, layout="constrained")
     for row, layer in zip(axes, layers, strict=True):
         maps = attention_map(attentions[layer][:1], grid_size, image_size=size, pool=pool)[0]  # (h, H, W)
-        for ax, head in zip(row, heads, strict=True):
+        for ax, head in zip(row[1:], heads, strict=True):
             shown = show_overlay(ax, image, maps[head])
-        row[0].set_ylabel(f"layer {layer + 1}", fontsize=9)
-    for ax, head in zip(axes[0], heads, strict=True):
+        row[0].axis("off")
+        row[1].set_ylabel(f"layer {layer + 1}", fontsize=9)
+    show_image(axes[0, 0], image, "the image")
+    for ax, head in zip(axes[0, 1:], heads, strict=True):
         ax.set_title(f"head {head + 1}", fontsize=9)
     bar = fig.colorbar(shown, ax=axes, shrink=0.5, aspect=30)
     bar.set_label("attention, as a share of the map's largest", fontsize=8)
@@ -42,13 +45,24 @@ def plot_attention_maps(attentions, image, grid_size, layers=None, heads=None, p
 
 
 def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, ncols=4):
-    """Attention rollout for a grid of images: each image next to its rollout overlay, titled with
-    its true and predicted class (green when right, red when wrong).
+    """Attention rollout for a grid of images: each image next to its rollout, titled with its true and
+    predicted class (green when right, red when wrong).
 
+    Each map is drawn cell by cell and stretched over its own range, from its smallest cell (0) to its largest
+    (1), so that its contrast shows; the quarter of the cells it ranks highest, the quarter the deletion test
+    (``faithfulness``) removes, is outlined.
     images (b, C, H, W) uint8 or float; mean, std: the model's per-channel normalisation (``batches.normalize``).
     """
     logits, attentions = run_model(model, normalize(images, mean, std))
-    heat = rollout_map(attentions, model.grid_size, image_size=images.shape[-2:], pool=model.pool)  # (b, H, W)
+    cells = rollout_map(attentions, model.grid_size, pool=model.pool, normalize=False)  # (b, gh, gw)
+    low = cells.flatten(1).amin(1)[:, None, None]  # (b, 1, 1)
+    high = cells.flatten(1).amax(1)[:, None, None]
+    cells = (cells - low) / (high - low).clamp_min(1e-12)  # (b, gh, gw), each map over its own range [0, 1]
+    gh, gw = cells.shape[-2:]
+    cell = images.shape[-1] // gw  # pixels per cell
+    heat = cells.repeat_interleave(cell, -2).repeat_interleave(cell, -1)  # (b, H, W), cell by cell
+    quarter = max(1, round(gh * gw / 4))
+    top = cells.flatten(1).topk(quarter, dim=1).indices  # (b, quarter)
     predicted = logits.argmax(-1)
     rows = math.ceil(len(images) / ncols)
     fig, axes = plt.subplots(rows, 2 * ncols, figsize=(2.4 * ncols, 1.45 * rows + 0.3), squeeze=False,
@@ -60,21 +74,28 @@ def plot_rollout_grid(model, images, labels, class_names, mean=None, std=None, n
         true, pred = int(labels[i]), int(predicted[i])
         show_image(left, images[i])
         shown = show_overlay(right, images[i], heat[i])
+        outline_cells(right, torch.zeros(gh * gw, dtype=torch.bool).index_fill(0, top[i], True).view(gh, gw), cell)
         left.set_title(f"{class_names[true]} → {class_names[pred]}", fontsize=8, loc="left",
                        color="green" if true == pred else "red")
     bar = fig.colorbar(shown, ax=axes, shrink=0.6, aspect=30)
-    bar.set_label("rollout, as a share of the image's largest", fontsize=8)
-    fig.suptitle("attention rollout (true → predicted)", fontsize=10)
+    bar.set_label("rollout, from the map's smallest cell (0) to its largest (1)", fontsize=8)
+    fig.suptitle("attention rollout (true → predicted); outlined: each map's top quarter of the patches",
+                 fontsize=10)
     return fig
 
 
-def plot_attention_distance(distances, reference=None, title="mean attention distance"):
+HEAD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def plot_attention_distance(distances, reference=None, title="mean attention distance", local=0.8):
     """The ViT paper's Figure 7 (right): layer on x, one dot per head, distance in pixels on y.
 
     Args:
         distances: (L, h) from ``attention_distances``; or {name: (L, h)} to draw models side by side, one
             panel each on a shared distance axis (chapter 08 compares two trainings of one architecture)
         reference: optional distance to draw as a dashed line (e.g. uniform attention's)
+        local: with a reference, a dotted line at this share of it, below which chapter 08 calls a head local
+            (None: no line)
     """
     panels = distances if isinstance(distances, dict) else {title: distances}
     panels = {name: torch.as_tensor(d).cpu() for name, d in panels.items()}
@@ -83,10 +104,14 @@ def plot_attention_distance(distances, reference=None, title="mean attention dis
                              layout="constrained", squeeze=False)
     for ax, (name, d) in zip(axes[0], panels.items(), strict=True):
         depth, heads = d.shape
-        for head in range(heads):
-            ax.scatter(np.arange(1, depth + 1), d[:, head].numpy(), s=14, label=f"head {head + 1}")
+        for head in range(heads):  # each head its own marker, so the heads are told apart without colour
+            marker = HEAD_MARKERS[head % len(HEAD_MARKERS)]
+            ax.scatter(np.arange(1, depth + 1), d[:, head].numpy(), s=24, marker=marker, label=f"head {head + 1}",
+                       **({"facecolors": "none", "edgecolors": f"C{head}"} if head % 2 else {}))
         if reference is not None:
             ax.axhline(reference, ls="--", color="gray", lw=1, label="uniform attention")
+            if local is not None:
+                ax.axhline(local * reference, ls=":", color="gray", lw=1, label=f"local below ({local:g} of uniform)")
         ax.set(xlabel="network depth (layer)", title=name, xticks=range(1, depth + 1), ylim=(0, top))
     axes[0, 0].set_ylabel("mean attention distance (pixels)")
     axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: dots visible
@@ -153,7 +178,8 @@ def plot_deletion(fractions, curves, clean=None, title="the deletion test"):
     """Accuracy against the share of patches deleted, one line per ranking (``faithfulness.deletion_curves``).
 
     A ranking that finds the patches the model uses drops below the random line; ``clean`` (the accuracy with
-    nothing deleted) is drawn as a dotted line.
+    nothing deleted) is drawn as a dotted line. The accuracy axis spans the curves, not 0-100%, so that gaps of a
+    few points show.
     """
     fig, ax = plt.subplots(figsize=(5.4, 3.4), layout="constrained")
     styles = iter(LINE_STYLES * len(curves))
@@ -162,6 +188,9 @@ def plot_deletion(fractions, curves, clean=None, title="the deletion test"):
         ax.plot([100 * f for f in fractions], [100 * a for a in accuracies], label=name, ms=6, lw=1.5, **style)
     if clean is not None:
         ax.axhline(100 * clean, ls=":", color="black", lw=1, label="nothing deleted")
-    ax.set(xlabel="patches deleted (%)", ylabel="test accuracy (%)", title=title, ylim=(0, 100))
+    values = [100 * a for accuracies in curves.values() for a in accuracies] + ([100 * clean] if clean else [])
+    low, high = min(values), max(values)
+    pad = 0.08 * (high - low) + 0.5
+    ax.set(xlabel="patches deleted (%)", ylabel="test accuracy (%)", title=title, ylim=(low - pad, high + pad))
     ax.legend(fontsize=8, loc="upper right")
     return fig
