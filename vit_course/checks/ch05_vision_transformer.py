@@ -352,6 +352,7 @@ def _mistakes(cfg):
         ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block; head)",
          depth * (5 * d + hidden) + d + classes),
         ("the qkv bias (3D per block) is not counted", depth * 3 * d),
+        ("the MLP's biases (fc1 hidden, fc2 D per block) are not counted", depth * (hidden + d)),
         ("the LayerNorms (2 x 2D per block) are not counted", depth * 4 * d),
         ("the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)", depth * 4 * d + 2 * d),
         ("the final LayerNorm (2D) is not counted", 2 * d),

@@ -19,6 +19,8 @@ from .messages import argument_names, changed, describe, error_hint, mentions, s
 IN_PLACE = ("an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`): use the "
             "out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
 PLAIN_NUMBER = "return a plain number: `.item()` turns a one-element tensor into one"
+TUPLE = ("return the one tensor asked for, not a tuple: a forward returns its output alone (the attention weights "
+         "have their own method), e.g. `out, weights = ...` then `return out`")
 COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
     "inputs": "leaves its inputs unchanged",
 }
@@ -175,7 +177,7 @@ class Checker:
         """Fail unless x is a finite tensor of the given shape and dtype. shape_hints: (shape, hint) pairs."""
         if isinstance(x, tuple) and len(x) and torch.is_tensor(x[0]) and shape is not None:
             self.fail(f"{what} should be a tensor of shape {tuple(shape)}, got a tuple of {len(x)}: "
-                      f"({', '.join(describe(t) for t in x)})")
+                      f"({', '.join(describe(t) for t in x)})", TUPLE)
         if not torch.is_tensor(x):
             self.fail(f"{what} should be a torch.Tensor, got {describe(x)}", "return one tensor, not a list of them"
                       if isinstance(x, list) and x and all(torch.is_tensor(t) for t in x) else None)
