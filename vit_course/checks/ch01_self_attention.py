@@ -95,7 +95,9 @@ SDPA_CASES = [  # (q shape, k shape, v shape, mask shape or None)
 NOT_PASSED = "the mask seems not to reach the attention: pass it on, scaled_dot_product_attention(q, k, v, mask)"
 PRODUCT = ("the scores are q times the keys with their last two axes swapped, (..., m_q, d) @ (..., d, m_k): "
            "`q @ k.transpose(-2, -1)`")
-ERRORS = (("cannot be multiplied", PRODUCT), ("must match the size of tensor", PRODUCT))
+MASK_ARGUMENT = "the mask is optional: give the function the statement's signature, (q, k, v, mask=None)"
+ERRORS = (("cannot be multiplied", PRODUCT), ("must match the size of tensor", PRODUCT),
+          ("positional arguments but", MASK_ARGUMENT), ("unexpected keyword argument 'mask'", MASK_ARGUMENT))
 
 
 def _pair(c, out):
@@ -136,7 +138,8 @@ def scaled_dot_product_attention(c, fn):
         torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         c.close(got_out, torch_out, "output (against torch.nn.functional.scaled_dot_product_attention)")
         if mask_shape in (None, (5, 7)) and len(q_shape) == 3:  # gradients, without and with a mask
-            gradient_flow(c, fn, lambda t, m=mask: _pair(c, c.call(fn, t["q"], t["k"], t["v"], m))[0],
+            masks = [mask][:mask is not None]  # no mask argument where the case has none
+            gradient_flow(c, fn, lambda t, m=mask: _pair(c, c.call(fn, t["q"], t["k"], t["v"], *masks))[0],
                           lambda t, m=mask: ref.scaled_dot_product_attention(t["q"], t["k"], t["v"], m)[0],
                           dict(q=q, k=k, v=v))
 

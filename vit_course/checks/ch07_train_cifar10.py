@@ -194,7 +194,7 @@ def random_crop_flip(c, fn):
         found = _match(out, images, padding)
         lost = (found[:, 0] < 0).nonzero().flatten()
         if len(lost):
-            hint = next((s.hint for s in SLIPS if getattr(s.impl, "knob", None) and (
+            hint = next((s for s in SLIPS if getattr(s.impl, "knob", None) and (
                 _match(out, images, padding, s.impl.knob)[:, 0] >= 0)[lost].all()), None)
             c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
                    f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})",
@@ -275,7 +275,7 @@ SLIPS += [Slip("pool_tokens", "no_cls_check", "error", "raise a ValueError when 
           Slip("pool_tokens", "no_pool_check", "error", "end with `raise ValueError(...)` naming the pool you got",
                lambda x, pool="cls", k=1: vit.pool_tokens(x, "mean" if pool == "max" else pool, k)),
           Slip("pool_tokens", "centred", "inputs", IN_PLACE, _pool_in_place)]
-HINT = {s.name: s.hint for s in SLIPS}
+HINT = {s.name: s for s in SLIPS}  # the slips the check names directly
 assert len(HINT) == len(SLIPS), "each slip of the record has its own name"
 
 

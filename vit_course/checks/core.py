@@ -21,6 +21,8 @@ IN_PLACE = ("an in-place operation on an input (`x += ...`, `x /= ...`, `masked_
 PLAIN_NUMBER = "return a plain number: `.item()` turns a one-element tensor into one"
 TUPLE = ("return the one tensor asked for, not a tuple: a forward returns its output alone (the attention weights "
          "have their own method), e.g. `out, weights = ...` then `return out`")
+DOUBLE = ("a float64 result: numpy arrays, `torch.tensor` of Python floats and `.double()` are float64; compute with "
+          "torch operations on the inputs (or convert back, `.to(x.dtype)`)")
 COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
     "inputs": "leaves its inputs unchanged",
 }
@@ -54,6 +56,7 @@ class CheckFailed(AssertionError):
     ``rule``: the key of the exercise's rule it broke (None for an exercise not done yet)."""
 
     rule = None
+    slip = None  # the Slip of the record the check named as the likely cause, if it named one
 
     def _render_traceback_(self):
         # IPython (Jupyter, nbclient, nbval) calls this instead of printing a traceback: the learner
@@ -90,13 +93,16 @@ class Checker:
         return self
 
     def fail(self, message, hint=None, rule=None):
+        """Raise CheckFailed; ``hint``: the likely cause, a text or a ``Slip`` of the record (the failure carries it
+        as ``CheckFailed.slip``)."""
+        slip, hint = (hint, hint.hint) if isinstance(hint, Slip) else (None, hint)
         text = f"{self.name}: {message}"
         if self.tried and "\n  tried:" not in text:
             text += f"\n  tried: {self.tried}"
         if hint:
             text += f"\n  likely cause: {hint}"
         error = CheckFailed(text)
-        error.rule = rule or self.rule
+        error.rule, error.slip = rule or self.rule, slip
         error.__suppress_context__ = True  # no "during handling of ..." noise
         raise error
 
@@ -185,7 +191,7 @@ class Checker:
             hint = next((h for s, h in shape_hints if tuple(s) == tuple(x.shape)), None)
             self.fail(f"{what} has shape {tuple(x.shape)}, expected {tuple(shape)}", hint)
         if dtype is not None and x.dtype != dtype:
-            self.fail(f"{what} has dtype {x.dtype}, expected {dtype}")
+            self.fail(f"{what} has dtype {x.dtype}, expected {dtype}", DOUBLE if x.dtype == torch.float64 else None)
         if x.is_floating_point() and not torch.isfinite(x).all():
             bad = "NaN" if torch.isnan(x).any() else "inf"
             self.fail(f"{what} contains {bad}", "a division by zero, a sqrt or log of a negative number, or a row "
@@ -218,17 +224,17 @@ class Checker:
 
     @staticmethod
     def named(slips, *args, **kwargs):
-        """(hint, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
-        return [(s.hint, functools.partial(s.impl, *args, **kwargs)) for s in slips]
+        """(slip, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
+        return [(s, functools.partial(s.impl, *args, **kwargs)) for s in slips]
 
     @staticmethod
     def diagnose(slips, same, run):
-        """The hint of the first slip whose output is ``same`` as the learner's, or None; ``run(impl)``: a slip's
-        output on the learner's input."""
+        """The first slip whose output is ``same`` as the learner's, or None; ``run(impl)``: a slip's output on the
+        learner's input."""
         for s in slips:
             try:
                 if same(run(s.impl)):
-                    return s.hint
+                    return s
             except Exception:  # a slip that does not apply to this input
                 continue
         return None
