@@ -23,6 +23,7 @@ TUPLE = ("return the one tensor asked for, not a tuple: a forward returns its ou
          "have their own method), e.g. `out, weights = ...` then `return out`")
 DOUBLE = ("a float64 result: numpy arrays, `torch.tensor` of Python floats and `.double()` are float64; compute with "
           "torch operations on the inputs (or convert back, `.to(x.dtype)`)")
+NAN = "a division by zero, a sqrt or log of a negative number, or a row whose every score is -inf (fully masked)"
 COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
     "inputs": "leaves its inputs unchanged",
 }
@@ -194,8 +195,7 @@ class Checker:
             self.fail(f"{what} has dtype {x.dtype}, expected {dtype}", DOUBLE if x.dtype == torch.float64 else None)
         if x.is_floating_point() and not torch.isfinite(x).all():
             bad = "NaN" if torch.isnan(x).any() else "inf"
-            self.fail(f"{what} contains {bad}", "a division by zero, a sqrt or log of a negative number, or a row "
-                      "whose every score is -inf (fully masked)" if bad == "NaN" else None)
+            self.fail(f"{what} contains {bad}", NAN if bad == "NaN" else None)
         return x
 
     def close(self, got, expected, what, hints=(), atol=1e-5, rtol=1e-4, shape_hints=()):

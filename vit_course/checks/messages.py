@@ -44,6 +44,13 @@ LINE_HINTS = (  # (regex on the learner's line that raised, likely cause): check
     (r"\.T\b", "`.T` reverses all the axes of a tensor with more than two: to swap the last two axes of a batch "
                "of matrices use `k.transpose(-2, -1)` (or `k.mT`)"),
 )
+
+
+def known(key):
+    """The likely cause ERROR_HINTS or LINE_HINTS give for ``key`` (the text or regex they key it on)."""
+    return dict(ERROR_HINTS + LINE_HINTS)[key]
+
+
 SHORT = 40  # characters of a plain repr before it is cut
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _COURSE = os.path.dirname(_HERE)  # vit_course/: the course's own code, never the learner's
@@ -140,7 +147,9 @@ def argument_names(fn, args, kwargs):
 
 def _learner(frame):
     """True for a frame of learner code: not torch, not an installed package, not the course's own vit_course."""
-    return not frame.filename.startswith((_COURSE, _TORCH)) and "site-packages" not in frame.filename
+    records = os.path.join(_HERE, "ch")  # the records' slips stand for a learner's code
+    return (frame.filename.startswith(records) or not frame.filename.startswith((_COURSE, _TORCH))) and (
+        "site-packages" not in frame.filename)
 
 
 def where(error):
