@@ -18,6 +18,7 @@ from .messages import argument_names, changed, describe, error_hint, mentions, s
 
 IN_PLACE = ("an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`): use the "
             "out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
+NAME_VALUES = "put the values involved in the message, e.g. with an f-string"
 PLAIN_NUMBER = "return a plain number: `.item()` turns a one-element tensor into one"
 TUPLE = ("return the one tensor asked for, not a tuple: a forward returns its output alone (the attention weights "
          "have their own method), e.g. `out, weights = ...` then `return out`")
@@ -172,7 +173,7 @@ class Checker:
                 ([s] if isinstance(s, tuple) else s for s in shapes)
                 if not any(mentions(text, s) for s in alternatives)]
             self.ok(not missing, f"{why}: your ValueError says {text!r}, which does not name "
-                    f"{' and '.join(missing)}", "put the values involved in the message, e.g. with an f-string")
+                    f"{' and '.join(missing)}", NAME_VALUES)
             return
         except Exception as error:
             first = str(error).strip().split("\n")[0]
