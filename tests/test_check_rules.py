@@ -15,13 +15,12 @@ from vit_course import checks
 from vit_course.checks import COURSE_RULES, RULES
 
 from . import (
-    test_checks_ch04_patch_embeddings,
     test_checks_ch05_vision_transformer,
 )
 from .check_helpers import catalogue_ids, caught
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOGUES = [test_checks_ch04_patch_embeddings, test_checks_ch05_vision_transformer]  # their SLIPS
+CATALOGUES = [test_checks_ch05_vision_transformer]  # their SLIPS
 SLIPS = [entry for module in CATALOGUES for entry in module.SLIPS]
 
 

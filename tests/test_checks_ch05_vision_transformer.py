@@ -6,11 +6,11 @@ from torch import nn
 
 import vit_course as ref
 from vit_course import checks, pool_tokens
+from vit_course.checks.ch04_patch_embeddings import PatchEmbeddingConv
 from vit_course.hybrid import hybrid_stem
 from vit_course.patches import to_pair
 
 from .check_helpers import accepts, rejects, slip
-from .test_checks_ch04_patch_embeddings import PatchEmbeddingConv
 
 
 class ViTParts(nn.Module):
