@@ -249,7 +249,7 @@ class Checker:
             self.fail(f"{what} should be a number, got {describe(x)}", "a function without a `return` statement "
                       "returns None: end it with `return ...`" if x is None else None)
         if not math.isfinite(float(x)):
-            self.fail(f"{what} is {x}")
+            self.fail(f"{what} is {x}", NAN)
         return float(x)
 
     # nn.Module exercises: build the learner's class, load the reference's weights by name, the attributes kept

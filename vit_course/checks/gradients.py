@@ -14,6 +14,7 @@ import torch
 from einops import rearrange
 
 CUT = "look for `.detach()`, `.data`, `torch.no_grad()` or a detour through numpy"
+NOT_TRAINED = "a plain tensor or a buffer is not trained"
 CUT_AT = "in your code, line "  # the likely cause of a cut: the lines of learner code that may cut the graph
 CUTS = (  # what, on a line of learner code, may cut the graph
     r"\.detach\(", r"\.data\b", r"no_grad|inference_mode|set_grad_enabled", r"\.numpy\(|\bnp\.|\bnumpy\b",
@@ -162,8 +163,7 @@ def gradient_flow(c, learner, run, reference_run, inputs, model=None, reference=
         for name, parameter in reference.named_parameters():
             if name not in learned:
                 c.fail(f"`{name}` is not a trainable parameter of your module: it would never learn",
-                       f"make it an nn.Parameter (`self.{name} = nn.Parameter(...)`): a plain tensor or a buffer is "
-                       "not trained")
+                       f"make it an nn.Parameter (`self.{name} = nn.Parameter(...)`): {NOT_TRAINED}")
             pairs.append((name, learned[name].grad, parameter.grad))
     pairs += [(name, mine[name].grad, theirs[name].grad) for name in inputs]
     for name, got, expected in pairs:

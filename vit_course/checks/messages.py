@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 ERROR_HINTS = (  # (text in the error message, likely cause)
+    ("division by zero", "a division by a number that is 0 here, e.g. depth - 1 with depth=1: guard it as the "
+                         "statement does, max(depth - 1, 1)"),
     ("view size is not compatible with input tensor's size and stride",
      "a transposed or permuted tensor is not contiguous in memory: use .reshape(...) instead of .view(...)"),
     ("has no len()", "the batches may come one at a time (a generator, a DataLoader): go through them once and "
