@@ -688,24 +688,6 @@ class DropPathSlip(DropPathTimm):
 def drop_path(slip):
     return type("DropPath", (DropPathSlip,), {"slip": slip})
 
-def block(kind):
-    def forward(self, x, mask=None):
-        attn = lambda y: self.attn(y, mask=None if kind == "nomask" else mask)  # noqa: E731
-        if kind == "post":
-            x = self.norm1(x + attn(x))
-            return self.norm2(x + self.mlp(x))
-        if kind == "shared":
-            x = x + attn(self.norm1(x))
-            return x + self.mlp(self.norm1(x))
-        if kind == "nores":
-            x = attn(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
-        if kind == "parallel":
-            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
-        x = x + self.drop_path1(self.ls1(attn(self.norm1(x))))
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-    return type("EncoderBlock", (ref.EncoderBlock,), dict(forward=forward))
-
 class BlockOwnParts(nn.Module):
     """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
 
@@ -722,73 +704,19 @@ class BlockOwnParts(nn.Module):
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
-class BlockSlip(ref.EncoderBlock):
-    """The reference block with one slip."""
+class _Block(ref.EncoderBlock):
+    """The reference block with one slip, ``slip`` (None: none)."""
 
     slip = None
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
                  init_values=None):
-        ignore = {"qkv_bias": dict(qkv_bias=True), "init_values": dict(init_values=None),
-                  "drop_path": dict(drop_path=0.0)}.get(self.slip, {})
+        ignored = {"qkv_bias": dict(qkv_bias=True), "init_values": dict(init_values=None),
+                   "drop_path": dict(drop_path=0.0)}.get(self.slip, {})
         options = dict(qkv_bias=qkv_bias, drop=drop, attn_drop=attn_drop, drop_path=drop_path,
-                       init_values=init_values) | ignore
+                       init_values=init_values) | ignored
         super().__init__(dim, num_heads, mlp_ratio, **options)
         self.rate = drop_path
-
-    def forward(self, x, mask=None):
-        ls1, ls2 = (self.ls2, self.ls1) if self.slip == "swap_ls" else (self.ls1, self.ls2)
-        ls1, ls2 = (nn.Identity(), nn.Identity()) if self.slip == "no_ls" else (ls1, ls2)
-        if self.slip == "around_sum":
-            x = self.drop_path1(x + ls1(self.attn(self.norm1(x), mask=mask)))
-            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
-        if self.slip == "eval_drop_path":
-            keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
-            x = x + keep * self.attn(self.norm1(x), mask=mask)
-            return x + self.mlp(self.norm2(x))
-        x = x + self.drop_path1(ls1(self.attn(self.norm1(x), mask=mask)))
-        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
-
-def block_slip(slip):
-    return type("EncoderBlock", (BlockSlip,), {"slip": slip})
-
-class BlockMore(ref.EncoderBlock):
-    slip = None
-
-    def forward(self, x, mask=None):
-        if self.slip == "in_place":
-            x += self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
-        elif self.slip == "residual_detached":
-            x = x.detach() + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
-        elif self.slip == "attn_no_grad":
-            with torch.no_grad():
-                branch = self.attn(self.norm1(x), mask=mask)
-            x = x + self.drop_path1(self.ls1(branch))
-        else:
-            x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-
-def block_more(slip):
-    return type("EncoderBlock", (BlockMore,), {"slip": slip})
-
-class BlockRenamed(ref.EncoderBlock):
-    def __init__(self, dim, num_heads, *args, **kwargs):
-        super().__init__(dim, num_heads, *args, **kwargs)
-        self.ln1 = self.norm1
-        del self.norm1
-
-    def forward(self, x, mask=None):
-        x = x + self.attn(self.ln1(x), mask=mask)
-        return x + self.mlp(self.norm2(x))
-
-class BlockWiring(ref.EncoderBlock):
-    """Built as the statement says, then one option dropped: norms with PyTorch's eps, or a rate not passed on."""
-
-    slip = None
-
-    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
-                 init_values=None):
-        super().__init__(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, drop_path, init_values)
         if self.slip == "eps":
             self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         if self.slip in ("proj_drop", "attn_drop"):
@@ -796,9 +724,51 @@ class BlockWiring(ref.EncoderBlock):
                 "proj_drop": dict(attn_drop=attn_drop), "attn_drop": dict(proj_drop=drop)}[self.slip])
         if self.slip == "mlp_drop":
             self.mlp = ref.MLP(dim, int(dim * mlp_ratio))
+        if self.slip == "ln1":
+            self.ln1 = self.norm1
+            del self.norm1
 
-def block_wiring(slip):
-    return type("EncoderBlock", (BlockWiring,), {"slip": slip})
+    def forward(self, x, mask=None):
+        slip = self.slip
+        attn = lambda y: self.attn(y, mask=None if slip == "nomask" else mask)  # noqa: E731
+        ls1, ls2 = {"swap_ls": (self.ls2, self.ls1), "no_ls": (nn.Identity(), nn.Identity())}.get(
+            slip, (self.ls1, self.ls2))
+        if slip == "ln1":
+            x = x + attn(self.ln1(x))
+            return x + self.mlp(self.norm2(x))
+        if slip == "post":
+            x = self.norm1(x + attn(x))
+            return self.norm2(x + self.mlp(x))
+        if slip == "shared":
+            x = x + attn(self.norm1(x))
+            return x + self.mlp(self.norm1(x))
+        if slip == "nores":
+            x = attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        if slip == "parallel":
+            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
+        if slip == "around_sum":
+            x = self.drop_path1(x + ls1(attn(self.norm1(x))))
+            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
+        if slip == "eval_drop_path":
+            keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
+            x = x + keep * attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        if slip == "attn_no_grad":
+            with torch.no_grad():
+                branch = attn(self.norm1(x))
+        else:
+            branch = attn(self.norm1(x))
+        if slip == "in_place":
+            x += self.drop_path1(ls1(branch))
+        else:
+            x = (x.detach() if slip == "residual_detached" else x) + self.drop_path1(ls1(branch))
+        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
+
+
+def _block(slip):
+    return type("EncoderBlock", (_Block,), {"slip": slip})
+
 
 SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
     ("names", "names", BLOCK_NAMES, MLPNames),
@@ -846,26 +816,26 @@ SLIPS += [Slip("DropPath", name, rule, hint, impl) for name, rule, hint, impl in
     ("keep_is_p", "training", KEEP_IS_P, drop(keep_is_p=True)),
 ]]
 SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("ln1", "names", BLOCK_LN1, BlockRenamed),
-    ("post_norm", "output", BLOCK_POST_NORM, block("post")),
-    ("no_residual", "output", BLOCK_NO_RESIDUAL, block("nores")),
-    ("parallel", "output", BLOCK_PARALLEL, block("parallel")),
-    ("no_mask", "mask", BLOCK_NO_MASK, block("nomask")),
-    ("qkv_bias", "options", BLOCK_QKV_BIAS, block_slip("qkv_bias")),
-    ("swap_ls", "options", BLOCK_SWAP_LS, block_slip("swap_ls")),
-    ("around_sum", "drop_path", BLOCK_AROUND_SUM, block_slip("around_sum")),
-    ("ignored", "drop_path", BLOCK_IGNORED, block_slip("drop_path")),
-    ("residual_detached", "gradient", CUT_AT, block_more("residual_detached")),
-    ("attn_no_grad", "gradient", CUT_AT, block_more("attn_no_grad")),
-    ("plus_equals", "inputs", IN_PLACE, block_more("in_place")),
-    ("torch_default", "eps", EPS_DEFAULT, block_wiring("eps")),
-    ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, block_wiring("proj_drop")),
-    ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, block_wiring("attn_drop")),
-    ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, block_wiring("mlp_drop")),
-    ("shared_norm", "output", SHARED_NORM, block("shared")),
-    ("no_layerscale", "options", NO_LAYERSCALE, block_slip("init_values")),
-    ("ls_not_applied", "options", LS_NOT_APPLIED, block_slip("no_ls")),
-    ("eval_random", "options", EVAL_RANDOM, block_slip("eval_drop_path")),
+    ("ln1", "names", BLOCK_LN1, _block("ln1")),
+    ("post_norm", "output", BLOCK_POST_NORM, _block("post")),
+    ("no_residual", "output", BLOCK_NO_RESIDUAL, _block("nores")),
+    ("parallel", "output", BLOCK_PARALLEL, _block("parallel")),
+    ("no_mask", "mask", BLOCK_NO_MASK, _block("nomask")),
+    ("qkv_bias", "options", BLOCK_QKV_BIAS, _block("qkv_bias")),
+    ("swap_ls", "options", BLOCK_SWAP_LS, _block("swap_ls")),
+    ("around_sum", "drop_path", BLOCK_AROUND_SUM, _block("around_sum")),
+    ("ignored", "drop_path", BLOCK_IGNORED, _block("drop_path")),
+    ("residual_detached", "gradient", CUT_AT, _block("residual_detached")),
+    ("attn_no_grad", "gradient", CUT_AT, _block("attn_no_grad")),
+    ("plus_equals", "inputs", IN_PLACE, _block("in_place")),
+    ("torch_default", "eps", EPS_DEFAULT, _block("eps")),
+    ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("proj_drop")),
+    ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
+    ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
+    ("shared_norm", "output", SHARED_NORM, _block("shared")),
+    ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
+    ("ls_not_applied", "options", LS_NOT_APPLIED, _block("no_ls")),
+    ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),
 ]]
 
 
@@ -879,7 +849,6 @@ VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
     ("DropPath", "timm", DropPathTimm),
     ("DropPath", "knobs", drop()),
     ("EncoderBlock", "reference", ref.EncoderBlock),
-    ("EncoderBlock", "forward", block("ok")),
     ("EncoderBlock", "own_parts", BlockOwnParts),
-    ("EncoderBlock", "options", block_slip(None)),
+    ("EncoderBlock", "knobs", _block(None)),
 ]]
