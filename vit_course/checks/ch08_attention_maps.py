@@ -6,7 +6,7 @@ import torch
 
 from .. import interpret as ref
 from .. import patches
-from .core import Slip, Variant, check
+from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_naming, works_on
 
 MAPS_PATCHES = "the distance is in patches, not pixels: multiply the patch-centre coordinates by patch_size"
@@ -95,8 +95,8 @@ def attention_rollout(c, fn):
 
 
 def _rollout_errors(c, fn, g):
-    hint = (MAPS_NO_EMPTY_CHECK)
-    c.raises(fn, [], why="an empty list of layers", hint=hint)
+    hint = MAPS_NO_EMPTY_CHECK
+    c.raises(fn, [], why="an empty list of layers", hint=hint, rule="error")
     c.raises(fn, [_attention(g, 2, 3, 4).mean(1)], why="weights of shape (2, 4, 4), without a head axis", hint=hint)
     c.raises(fn, [_attention(g, 2, 3, 4), _attention(g, 2, 3, 5)], why="layers with 4 and 5 tokens", hint=hint)
 
@@ -157,8 +157,22 @@ def mean_attention_distance(c, fn):
                                              "only"), ((b, h), MAPS_PER_IMAGE)])
     hint = MAPS_NO_VALIDATION
     c.raises(fn, _attention(g, 2, 3, 5).mean(1), 2, 4, why="weights of shape (2, 5, 5), without a head axis",
-             hint=hint)
+             rule="error", hint=hint)
     c.raises(fn, _attention(g, 2, 3, 5), 3, 4, why="5 tokens cannot hold a 3x3 grid of patches", hint=hint)
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "mean_attention_distance": {
+        "output": "$(h,)$, the mean attention distance of each head in pixels",
+        "error": "`ValueError` when `attention` isn't $(b, h, n, n)$",
+    },
+    "attention_rollout": {
+        "output": "$R$, a float32 tensor $(b, n, n)$ whose rows sum to 1",
+        "error": "`ValueError` for an empty list",
+    },
+}
 
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
@@ -171,6 +185,8 @@ def distance(slip=None):
         ph, pw = ref.to_pair(patch_size)
         if slip != "no validation":
             ref.check_attention(attention)
+        if slip == "in place":  # "renormalise the rows first", in the caller's tensor
+            attention = attention.mul_(2) / 2
         k = attention.shape[-1] - gh * gw if slip in ("no validation", "no grid check") else ref.num_prefix(
             attention.shape[-1], (gh, gw))
         k = 0 if slip == "keep class token" else k
@@ -225,9 +241,10 @@ SLIPS = [Slip("mean_attention_distance", name, rule, hint, impl) for name, rule,
 
     ("per_image", "output", MAPS_PER_IMAGE, distance("per image")),
 
-    ("no_validation", "output", MAPS_NO_VALIDATION, distance("no validation")),
+    ("no_validation", "error", MAPS_NO_VALIDATION, distance("no validation")),
 
-    ("no_grid_check", "output", MAPS_NO_VALIDATION, distance("no grid check")),
+    ("in_place", "inputs", IN_PLACE, distance("in place")),
+    ("no_grid_check", "error", MAPS_NO_VALIDATION, distance("no grid check")),
 
 ]]
 
@@ -256,7 +273,7 @@ def rollout(slip=None):
         layers = attentions[1:] if slip == "skip first" else attentions
         result = torch.eye(attentions[0].shape[-1], dtype=dtype)
         for a in layers:
-            a = a.to(dtype)
+            a = a.mul_(2).to(dtype) / 2 if slip == "in place" else a.to(dtype)  # in the caller's tensors
             a = {"max": a.amax(1), "sum": a.sum(1), "no mean": a, "head 0": a[:, 0]}.get(slip, a.mean(1))
             a = a if slip in ("no identity", "identity at the end") else a + torch.eye(a.shape[-1], dtype=dtype)
             if slip not in ("no renorm", "identity at the end"):
@@ -309,11 +326,12 @@ SLIPS += [Slip("attention_rollout", name, rule, hint, impl) for name, rule, hint
 
     ("keep_dtype", "output", MAPS_KEEP_DTYPE, rollout("keep dtype")),
 
-    ("no_empty_check", "output", MAPS_NO_EMPTY_CHECK, rollout("no empty check")),
+    ("no_empty_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no empty check")),
 
-    ("no_shape_check", "output", MAPS_NO_EMPTY_CHECK, rollout("no shape check")),
+    ("no_shape_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no shape check")),
 
-    ("no_size_check", "output", MAPS_NO_EMPTY_CHECK, rollout("no size check")),
+    ("in_place", "inputs", IN_PLACE, rollout("in place")),
+    ("no_size_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no size check")),
 
 ]]
 

@@ -111,11 +111,21 @@ def delete_patches(c, fn):
              lambda: torch.where(expected == 0, got[expected == 0].flatten()[0], images)),
         ], shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
     images = torch.randn(2, 3, 8, 8, generator=g)
-    c.raises(fn, images, torch.randn(2, 3, generator=g), 0.5, 4,
+    c.raises(fn, images, torch.randn(2, 3, generator=g), 0.5, 4, rule="error",
              why="a ranking of 3 patches for images of 4 patches of 4x4",
              hint=DELETE_NO_RANKING_CHECK)
     c.raises(fn, images, torch.randn(2, 4, generator=g), 1.5, 4, why="fraction=1.5 is not in [0, 1]",
              hint=DELETE_NO_FRACTION_CHECK)
+
+
+# the exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule) and the
+# words that state it in the exercise's statement
+RULES = {
+    "delete_patches": {
+        "output": "the `round(fraction * N)` patches with the highest scores are zero",
+        "error": "`ValueError` when `ranking` isn't $(b, N)$ for these images, or `fraction` is outside $[0, 1]$",
+    },
+}
 
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
@@ -202,9 +212,9 @@ SLIPS = [Slip("delete_patches", name, rule, hint, impl) for name, rule, hint, im
 
     ("fill", "output", DELETE_FILL, deleting("fill")),
 
-    ("no_ranking_check", "output", DELETE_NO_RANKING_CHECK, deleting("no ranking check")),
+    ("no_ranking_check", "error", DELETE_NO_RANKING_CHECK, deleting("no ranking check")),
 
-    ("no_fraction_check", "output", DELETE_NO_FRACTION_CHECK, deleting("no fraction check")),
+    ("no_fraction_check", "error", DELETE_NO_FRACTION_CHECK, deleting("no fraction check")),
 
     ("unchanged", "output", DELETE_PERCENT, lambda images, ranking, fraction, patch_size: images.clone()),
 

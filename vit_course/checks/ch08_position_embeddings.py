@@ -8,7 +8,7 @@ from einops import rearrange
 from torch import nn
 
 from .. import embeddings as ref
-from .core import Slip, Variant, check
+from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_half, call_naming, works_on
 
 SIMILARITY_DOT_PRODUCTS = "these are dot products: normalise the embeddings to unit length first (cosine similarity)"
@@ -82,11 +82,21 @@ def _similarity_extras(c, fn, g):
                          problem="a float16 table gave {dtype} similarities, expected float32",
                          hint=SIMILARITY_NO_FLOAT)
     c.close(got, ref.position_embedding_similarity(pos, 3), "similarities of a float16 table", atol=1e-5)
-    hint = (SIMILARITY_NO_SHAPE_CHECK)
+    hint = SIMILARITY_NO_SHAPE_CHECK
     c.raises(fn, torch.randn(2, 5, 8, generator=g), 3, why="a table of shape (2, 5, 8): the first axis must be 1",
-             hint=hint)
+             rule="error", hint=hint)
     c.raises(fn, torch.randn(1, 1, 10, 8, generator=g), 3, why="a 4-D table of shape (1, 1, 10, 8)", hint=hint)
     c.raises(fn, torch.randn(1, 8, 8, generator=g), 3, why="8 embeddings cannot hold a 3x3 grid", hint=hint)
+
+
+# the exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule) and the
+# words that state it in the exercise's statement
+RULES = {
+    "position_embedding_similarity": {
+        "output": "a float32 tensor $(g_h, g_w, g_h, g_w)$, detached from the autograd graph",
+        "error": "`ValueError` for a table that is neither $(n, D)$ nor $(1, n, D)$",
+    },
+}
 
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
@@ -99,6 +109,8 @@ def similarity(slip=None):
             raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got {tuple(pos_embed.shape)}")
         if slip == "only 3-D checked" and pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
             raise ValueError("bad table")
+        if slip == "in place":  # "scale the table first", in the caller's tensor
+            pos_embed.data.mul_(2)
         table = pos_embed.reshape(-1, pos_embed.shape[-1])  # (n, D)
         table = table if slip == "no detach" else table.detach()
         table = table if slip == "no float" else table.float()
@@ -153,11 +165,12 @@ SLIPS = [Slip("position_embedding_similarity", name, rule, hint, impl) for name,
 
     ("no_float", "output", SIMILARITY_NO_FLOAT, similarity("no float")),
 
-    ("no_shape_check", "output", SIMILARITY_NO_SHAPE_CHECK, similarity("no shape check")),
+    ("no_shape_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no shape check")),
 
-    ("flattens_4d", "output", SIMILARITY_NO_SHAPE_CHECK, only_2d_or_3d_tables),
+    ("flattens_4d", "error", SIMILARITY_NO_SHAPE_CHECK, only_2d_or_3d_tables),
 
-    ("no_grid_check", "output", SIMILARITY_NO_SHAPE_CHECK, similarity("no grid check")),
+    ("in_place", "inputs", IN_PLACE, similarity("in place")),
+    ("no_grid_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no grid check")),
 
 ]]
 
