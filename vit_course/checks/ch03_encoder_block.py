@@ -500,9 +500,6 @@ RULES = {
 
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
-def subclass(base, forward, name=None, **attrs):
-    return type(name or base.__name__, (base,), dict(forward=forward, **attrs))
-
 class MLPErf(nn.Module):
     def __init__(self, dim, hidden_dim, drop=0.0):
         super().__init__()
@@ -514,34 +511,23 @@ class MLPErf(nn.Module):
         h = F.dropout(0.5 * h * (1 + torch.erf(h / math.sqrt(2))), self.drop, self.training)  # exact GELU
         return F.dropout(self.fc2(h), self.drop, self.training)
 
+
 class MLPNames(nn.Module):
     def __init__(self, dim, hidden_dim):
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
 
-def ln_forward(unbiased=False, eps_outside=False, affine=True, eps=None, axis=-1):
-    def forward(self, x):
-        e = self.eps if eps is None else eps
-        mean = x.mean(axis, keepdim=True)
-        if eps_outside:
-            y = (x - mean) / (x.std(axis, unbiased=unbiased, keepdim=True) + e)
-        else:
-            y = (x - mean) / torch.sqrt(x.var(axis, unbiased=unbiased, keepdim=True) + e)
-        return y * self.weight + self.bias if affine else y
-    return forward
 
 class LayerNormRsqrt(ref.LayerNorm):
     def forward(self, x):
         centred = x - x.mean(-1, keepdim=True)
         return centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
 
+
 class LayerNormF(ref.LayerNorm):
     def forward(self, x):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
-class LayerNormNoParams(nn.Module):
-    def __init__(self, dim, eps=1e-6):
-        super().__init__()
 
 class DropPathTimm(nn.Module):
     def __init__(self, p=0.0):
@@ -557,83 +543,6 @@ class DropPathTimm(nn.Module):
         mask = (keep + torch.rand(x.shape[0], *(1,) * (x.ndim - 1), dtype=x.dtype)).floor_()  # timm's trick
         return x.div(keep) * mask
 
-def drop(scale=lambda p: 1 / (1 - p), elementwise=False, in_eval=False, keep_is_p=False, inplace=False):
-    def forward(self, x):
-        if self.p == 0.0 or not (self.training or in_eval):
-            return x
-        keep = self.p if keep_is_p else 1 - self.p
-        shape = x.shape if elementwise else (x.shape[0],) + (1,) * (x.ndim - 1)
-        mask = (torch.rand(shape) < keep).float() * scale(self.p)
-        return x.mul_(mask) if inplace else x * mask
-    return type("DropPath", (DropPathTimm,), dict(forward=forward))
-
-class MLPNoBias(ref.MLP):
-    def __init__(self, dim, hidden_dim, drop=0.0):
-        super().__init__(dim, hidden_dim, drop)
-        self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
-
-class MLPFunctionalDropout(ref.MLP):
-    def forward(self, x):
-        return F.dropout(self.fc2(F.dropout(self.act(self.fc1(x)), self.drop1.p)), self.drop2.p)  # training=True
-
-class LayerNormPlainTensors(ref.LayerNorm):
-    def __init__(self, dim, eps=1e-6):
-        super().__init__(dim, eps)
-        del self.weight, self.bias
-        self.weight, self.bias = torch.ones(dim), torch.zeros(dim)
-
-class LayerNormRandomStart(ref.LayerNorm):
-    def __init__(self, dim, eps=1e-6):
-        super().__init__(dim, eps)
-        self.weight = nn.Parameter(torch.randn(dim))
-
-class LayerNormTorchDefault(ref.LayerNorm):
-    def __init__(self, dim, eps=1e-5):
-        super().__init__(dim, eps)
-
-class DropPathOneCoin(DropPathTimm):
-    def forward(self, x):
-        if not self.training or self.p == 0:
-            return x
-        return x * (torch.rand(()) >= self.p) / (1 - self.p)  # one coin for the whole batch
-
-class DropPathNoCheck(DropPathTimm):
-    def __init__(self, p=0.0):
-        nn.Module.__init__(self)
-        self.p = p
-
-class MLPSlip(ref.MLP):
-    slip = None
-
-    def forward(self, x):
-        if self.slip == "in_place":
-            x.clamp_(-3, 3)
-        hidden = self.fc1(x).detach() if self.slip == "detach" else self.fc1(x)
-        if self.slip == "no_grad":
-            with torch.no_grad():
-                return self.drop2(self.fc2(self.drop1(self.act(hidden))))
-        if self.slip == "residual_inside":
-            return x + self.drop2(self.fc2(self.drop1(self.act(hidden))))
-        if self.slip == "no_drop2":
-            return self.fc2(self.drop1(self.act(hidden)))
-        if self.slip == "drop_before_act":
-            return self.drop2(self.fc2(self.act(self.drop1(hidden))))
-        if self.slip == "one_dropout":
-            return self.drop(self.fc2(self.drop(self.act(hidden))))
-        return self.drop2(self.fc2(self.drop1(self.act(hidden))))
-
-def mlp(slip):
-    return type("MLP", (MLPSlip,), {"slip": slip})
-
-class MLPOneDropout(MLPSlip):
-    """One dropout module `drop` for both places (the statement names two, drop1 and drop2)."""
-
-    slip = "one_dropout"
-
-    def __init__(self, dim, hidden_dim, drop=0.0):
-        super().__init__(dim, hidden_dim, drop)
-        del self.drop1, self.drop2
-        self.drop = nn.Dropout(drop)
 
 class DropPathOtherName(DropPathTimm):
     """p kept as `drop_prob`: the given extra_repr, which reads self.p, then raises."""
@@ -653,40 +562,103 @@ class DropPathOtherName(DropPathTimm):
     def extra_repr(self):
         return f"p={self.p}"
 
-class LayerNormSlip(ref.LayerNorm):
+class _MLP(ref.MLP):
+    """The reference MLP with one slip, ``slip`` (None: none)."""
+
     slip = None
 
-    def __init__(self, dim, eps=1e-6):
-        super().__init__(dim, eps)
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__(dim, hidden_dim, drop)
+        if self.slip == "no_bias":
+            self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
+        if self.slip == "one_dropout":  # one module `drop` for both places (the statement names two)
+            del self.drop1, self.drop2
+            self.drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        slip = self.slip
+        if slip == "in_place":
+            x.clamp_(-3, 3)
+        hidden = self.fc1(x).detach() if slip == "detach" else self.fc1(x)
+        act = {"relu": F.relu, "tanh": lambda h: F.gelu(h, approximate="tanh"), "no_act": nn.Identity()}.get(
+            slip, self.act)
+        drop1, drop2 = {"one_dropout": (getattr(self, "drop", None),) * 2, "no_dropout": (nn.Identity(),) * 2,
+                        "no_drop2": (self.drop1, nn.Identity()) if slip == "no_drop2" else None,
+                        "functional": (lambda h: F.dropout(h, self.drop1.p), lambda h: F.dropout(h, self.drop2.p)),
+                        }.get(slip) or (self.drop1, self.drop2)
+        if slip == "no_grad":
+            with torch.no_grad():
+                return drop2(self.fc2(drop1(act(hidden))))
+        out = drop2(self.fc2(act(drop1(hidden)) if slip == "drop_before_act" else drop1(act(hidden))))
+        return x + out if slip == "residual_inside" else out
+
+
+def _mlp(slip):
+    return type("MLP", (_MLP,), {"slip": slip})
+
+
+class _LayerNorm(ref.LayerNorm):
+    """The reference LayerNorm with one slip, ``slip``, or wrong ``knobs`` (unbiased, eps_outside, affine, eps,
+    axis)."""
+
+    slip, knobs = None, {}
+
+    def __init__(self, dim, eps=None):
+        super().__init__(dim, (1e-5 if self.slip == "torch_default" else 1e-6) if eps is None else eps)
         if self.slip == "eps_parameter":
-            self.eps = nn.Parameter(torch.tensor(eps))
+            self.eps = nn.Parameter(torch.tensor(self.eps))
+        if self.slip in ("plain_tensors", "no_parameters"):
+            del self.weight, self.bias
+        if self.slip == "plain_tensors":
+            self.weight, self.bias = torch.ones(dim), torch.zeros(dim)
+        if self.slip == "random_start":
+            self.weight = nn.Parameter(torch.randn(dim))
 
     def forward(self, x):
-        mean = x.mean(-1, keepdim=True)
-        mean = mean.detach() if self.slip == "mean_detached" else mean
-        var = x.var(-1, unbiased=False, keepdim=True)
-        weight = self.weight.data if self.slip == "weight_data" else self.weight
-        if self.slip == "in_place":
+        knobs, slip = self.knobs, self.slip
+        axis, eps, unbiased = knobs.get("axis", -1), knobs.get("eps", self.eps), knobs.get("unbiased", False)
+        mean = x.mean(axis, keepdim=True)
+        mean = mean.detach() if slip == "mean_detached" else mean
+        weight = self.weight.data if slip == "weight_data" else self.weight
+        if knobs.get("eps_outside"):
+            y = (x - mean) / (x.std(axis, unbiased=unbiased, keepdim=True) + eps)
+        elif slip == "in_place":
+            var = x.var(axis, unbiased=unbiased, keepdim=True)
             x -= mean
-            return x / torch.sqrt(var + self.eps) * weight + self.bias
-        return (x - mean) / torch.sqrt(var + self.eps) * weight + self.bias
+            y = x / torch.sqrt(var + eps)
+        else:
+            y = (x - mean) / torch.sqrt(x.var(axis, unbiased=unbiased, keepdim=True) + eps)
+        return y * weight + self.bias if knobs.get("affine", True) else y
 
-def layer_norm(slip):
-    return type("LayerNorm", (LayerNormSlip,), {"slip": slip})
 
-class DropPathSlip(DropPathTimm):
+def _layer_norm(slip=None, **knobs):
+    return type("LayerNorm", (_LayerNorm,), {"slip": slip, "knobs": knobs})
+
+
+class _DropPath(DropPathTimm):
+    """DropPath with one slip, ``slip`` (None: none)."""
+
     slip = None
 
-    def forward(self, x):
-        if self.p == 0.0 or not self.training:
-            return x
-        keep = 1 - self.p
-        shape = (x.shape[0], 1, 1) if self.slip == "mask_3d" else (x.shape[0],) + (1,) * (x.ndim - 1)
-        mask = (torch.rand(shape) < keep).to(x.dtype) / keep
-        return (x.detach() if self.slip == "detach" else x) * mask
+    def __init__(self, p=0.0):
+        nn.Module.__init__(self) if self.slip == "no_check" else super().__init__(p)
+        self.p = p
 
-def drop_path(slip):
-    return type("DropPath", (DropPathSlip,), {"slip": slip})
+    def forward(self, x):
+        slip = self.slip
+        if self.p == 0.0 or not (self.training or slip == "in_eval"):
+            return x
+        keep = self.p if slip == "keep_is_p" else 1 - self.p
+        shape = {"elementwise": x.shape, "mask_3d": (x.shape[0], 1, 1), "one_coin": ()}.get(
+            slip, (x.shape[0],) + (1,) * (x.ndim - 1))
+        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - self.p}.get(
+            slip, 1 / (1 - self.p))
+        return x.mul_(mask) if slip == "mul_" else (x.detach() if slip == "detach" else x) * mask
+
+
+def _droppath(slip=None):
+    return type("DropPath", (_DropPath,), {"slip": slip})
+
 
 class BlockOwnParts(nn.Module):
     """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
@@ -772,48 +744,48 @@ def _block(slip):
 
 SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
     ("names", "names", BLOCK_NAMES, MLPNames),
-    ("no_bias", "names", BLOCK_NO_BIAS, MLPNoBias),
-    ("relu", "output", BLOCK_RELU, subclass(ref.MLP, lambda self, x: self.fc2(F.relu(self.fc1(x))))),
-    ("tanh", "output", BLOCK_TANH,
-     subclass(ref.MLP, lambda self, x: self.fc2(F.gelu(self.fc1(x), approximate="tanh")))),
-    ("functional", "dropout", MLP_EVAL, MLPFunctionalDropout),
-    ("residual_inside", "output", BLOCK_RESIDUAL_INSIDE, mlp("residual_inside")),
-    ("no_drop2", "dropout", BLOCK_NO_DROP2, mlp("no_drop2")),
-    ("drop_before_act", "dropout", BLOCK_NO_DROP2, mlp("drop_before_act")),
-    ("one_dropout", "dropout", BLOCK_ONE_DROPOUT, MLPOneDropout),
-    ("detach", "gradient", CUT_AT, mlp("detach")),
-    ("no_grad", "gradient", CUT_AT, mlp("no_grad")),
-    ("clamp_", "inputs", IN_PLACE, mlp("in_place")),
-    ("no_activation", "output", NO_ACTIVATION, subclass(ref.MLP, lambda self, x: self.fc2(self.fc1(x)))),
-    ("no_dropout", "dropout", MLP_TRAIN, subclass(ref.MLP, lambda self, x: self.fc2(self.act(self.fc1(x))))),
+    ("no_bias", "names", BLOCK_NO_BIAS, _mlp("no_bias")),
+    ("relu", "output", BLOCK_RELU, _mlp("relu")),
+    ("tanh", "output", BLOCK_TANH, _mlp("tanh")),
+    ("no_activation", "output", NO_ACTIVATION, _mlp("no_act")),
+    ("residual_inside", "output", BLOCK_RESIDUAL_INSIDE, _mlp("residual_inside")),
+    ("functional", "dropout", MLP_EVAL, _mlp("functional")),
+    ("no_dropout", "dropout", MLP_TRAIN, _mlp("no_dropout")),
+    ("no_drop2", "dropout", BLOCK_NO_DROP2, _mlp("no_drop2")),
+    ("drop_before_act", "dropout", BLOCK_NO_DROP2, _mlp("drop_before_act")),
+    ("one_dropout", "dropout", BLOCK_ONE_DROPOUT, _mlp("one_dropout")),
+    ("detach", "gradient", CUT_AT, _mlp("detach")),
+    ("no_grad", "gradient", CUT_AT, _mlp("no_grad")),
+    ("clamp_", "inputs", IN_PLACE, _mlp("in_place")),
 ]]
 SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("eps_parameter", "names", BLOCK_EPS_PARAMETER, layer_norm("eps_parameter")),
-    ("plain_tensors", "parameters", PLAIN_TENSOR, LayerNormPlainTensors),
-    ("random_start", "parameters", NEW_NORM, LayerNormRandomStart),
-    ("unbiased", "output", BLOCK_UNBIASED, subclass(ref.LayerNorm, ln_forward(unbiased=True))),
-    ("eps_outside", "output", BLOCK_EPS_OUTSIDE, subclass(ref.LayerNorm, ln_forward(eps_outside=True))),
-    ("torch_default", "eps", BLOCK_TORCH_DEFAULT, LayerNormTorchDefault),
-    ("mean_detached", "gradient", CUT_AT, layer_norm("mean_detached")),
-    ("weight_data", "gradient", CUT_AT, layer_norm("weight_data")),
-    ("x_minus_mean", "inputs", IN_PLACE, layer_norm("in_place")),
-    ("not_affine", "output", NOT_AFFINE, subclass(ref.LayerNorm, ln_forward(affine=False))),
-    ("eps_ignored", "output", EPS_IGNORED, subclass(ref.LayerNorm, ln_forward(eps=1e-5))),
-    ("axis", "output", NORM_AXIS, subclass(ref.LayerNorm, ln_forward(axis=0))),
-    ("no_parameters", "parameters", PLAIN_TENSOR, LayerNormNoParams),
+    ("eps_parameter", "names", BLOCK_EPS_PARAMETER, _layer_norm("eps_parameter")),
+    ("plain_tensors", "parameters", PLAIN_TENSOR, _layer_norm("plain_tensors")),
+    ("no_parameters", "parameters", PLAIN_TENSOR, _layer_norm("no_parameters")),
+    ("random_start", "parameters", NEW_NORM, _layer_norm("random_start")),
+    ("unbiased", "output", BLOCK_UNBIASED, _layer_norm(unbiased=True)),
+    ("eps_outside", "output", BLOCK_EPS_OUTSIDE, _layer_norm(eps_outside=True)),
+    ("not_affine", "output", NOT_AFFINE, _layer_norm(affine=False)),
+    ("eps_ignored", "output", EPS_IGNORED, _layer_norm(eps=1e-5)),
+    ("axis", "output", NORM_AXIS, _layer_norm(axis=0)),
+    ("torch_default", "eps", BLOCK_TORCH_DEFAULT, _layer_norm("torch_default")),
+    ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
+    ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
+    ("x_minus_mean", "inputs", IN_PLACE, _layer_norm("in_place")),
 ]]
-SLIPS += [Slip("DropPath", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("in_eval", "eval", BLOCK_IN_EVAL, drop(in_eval=True)),
-    ("elementwise", "training", BLOCK_ELEMENTWISE, drop(elementwise=True)),
-    ("one_coin", "training", BLOCK_ONE_COIN, DropPathOneCoin),
-    ("not_scaled", "training", UNBIASED, drop(scale=lambda p: 1.0)),
-    ("mask_3d", "training", BLOCK_MASK_3D, drop_path("mask_3d")),
-    ("no_check", "error", BLOCK_NO_CHECK, DropPathNoCheck),
-    ("detach", "gradient", CUT_AT, drop_path("detach")),
-    ("mul_", "inputs", IN_PLACE, drop(inplace=True)),
+SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name) if impl is None else impl)
+          for name, rule, hint, impl in [
+    ("in_eval", "eval", BLOCK_IN_EVAL, None),
+    ("elementwise", "training", BLOCK_ELEMENTWISE, None),
+    ("one_coin", "training", BLOCK_ONE_COIN, None),
+    ("not_scaled", "training", UNBIASED, None),
+    ("times_keep", "training", NO_MULTIPLY, None),
+    ("keep_is_p", "training", KEEP_IS_P, None),
+    ("mask_3d", "training", BLOCK_MASK_3D, None),
+    ("no_check", "error", BLOCK_NO_CHECK, None),
+    ("detach", "gradient", CUT_AT, None),
+    ("mul_", "inputs", IN_PLACE, None),
     ("drop_prob", "p", BLOCK_DROP_PROB, DropPathOtherName),
-    ("times_keep", "training", NO_MULTIPLY, drop(scale=lambda p: 1 - p)),
-    ("keep_is_p", "training", KEEP_IS_P, drop(keep_is_p=True)),
 ]]
 SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
     ("ln1", "names", BLOCK_LN1, _block("ln1")),
@@ -842,12 +814,14 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
 VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
     ("MLP", "reference", ref.MLP),
     ("MLP", "erf", MLPErf),
+    ("MLP", "knobs", _mlp(None)),
     ("LayerNorm", "reference", ref.LayerNorm),
     ("LayerNorm", "rsqrt", LayerNormRsqrt),
     ("LayerNorm", "functional", LayerNormF),
+    ("LayerNorm", "knobs", _layer_norm()),
     ("DropPath", "reference", ref.DropPath),
     ("DropPath", "timm", DropPathTimm),
-    ("DropPath", "knobs", drop()),
+    ("DropPath", "knobs", _droppath()),
     ("EncoderBlock", "reference", ref.EncoderBlock),
     ("EncoderBlock", "own_parts", BlockOwnParts),
     ("EncoderBlock", "knobs", _block(None)),
