@@ -562,6 +562,7 @@ class DropPathOtherName(DropPathTimm):
     def extra_repr(self):
         return f"p={self.p}"
 
+
 class _MLP(ref.MLP):
     """The reference MLP with one slip, ``slip`` (None: none)."""
 
@@ -675,6 +676,7 @@ class BlockOwnParts(nn.Module):
     def forward(self, x, mask=None):
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
 
 class _Block(ref.EncoderBlock):
     """The reference block with one slip, ``slip`` (None: none)."""

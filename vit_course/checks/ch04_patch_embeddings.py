@@ -282,6 +282,7 @@ RULES = {
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 
+
 def patchify_unfold(images, p):
     b, c, height, width = images.shape
     if height % p or width % p:
@@ -289,13 +290,16 @@ def patchify_unfold(images, p):
     patches = images.unfold(2, p, p).unfold(3, p, p)  # (b, c, gh, gw, p, p)
     return patches.permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
 
+
 def patchify_silent(images, p):  # no check: tensor.unfold drops the remainder
     b, c = images.shape[:2]
     return images.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
 
+
 def patchify_F_unfold(images, p):
     ref.patch_grid(images.shape[-2:], p)
     return F.unfold(images, p, stride=p).transpose(1, 2)  # (b, N, c*p*p): channels first
+
 
 def unpatchify_reshape(patches, p, size):
     height, width = (size, size) if isinstance(size, int) else size
@@ -305,12 +309,15 @@ def unpatchify_reshape(patches, p, size):
     grid = patches.reshape(b, height // p, width // p, p, p, d // (p * p))  # (b, gh, gw, p1, p2, c)
     return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, -1, height, width)
 
+
 def unpatchify_columns(patches, p, size):
     height, width = (size, size) if isinstance(size, int) else size
     return rearrange(patches, "b (w h) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
 
+
 def unpatchify_no_grid(patches, p, size):
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p)  # h and w left to einops
+
 
 class PatchEmbeddingConv(nn.Module):
     """timm's way: a Conv2d with kernel = stride = P, called proj (exercise 4.3 asks an nn.Linear, so its check rejects
@@ -328,14 +335,17 @@ class PatchEmbeddingConv(nn.Module):
             raise ValueError(f"images {tuple(images.shape)} do not fit {self.image_size}")
         return self.proj(images).flatten(2).transpose(1, 2)  # (b, N, dim)
 
+
 class PatchEmbeddingChannelsFirst(ref.PatchEmbedding):
     def forward(self, images):
         p = self.patch_size
         return self.proj(rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p))
 
+
 class PatchEmbeddingMap(PatchEmbeddingConv):
     def forward(self, images):
         return self.proj(images)
+
 
 def embed_ok(tokens, cls_token, pos_embed):
     if cls_token is not None:
@@ -344,54 +354,66 @@ def embed_ok(tokens, cls_token, pos_embed):
         raise ValueError(f"pos_embed {tuple(pos_embed.shape)} does not fit tokens {tuple(tokens.shape)}")
     return tokens + pos_embed
 
+
 def embed_inplace(tokens, cls_token, pos_embed):
     if cls_token is None:
         tokens += pos_embed
         return tokens
     return embed_ok(tokens, cls_token, pos_embed)
 
+
 def unpatchify_no_check(patches, p, size):
     height, width = (size, size) if isinstance(size, int) else size
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
 
+
 def unpatchify_square_guess(patches, p, size):
     """Ignores image_size: a grid of isqrt(N) rows, right for square images only."""
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
+
 
 class PatchEmbeddingNoBias(ref.PatchEmbedding):
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__(image_size, patch_size, in_channels, dim)
         self.proj = nn.Linear(patch_size * patch_size * in_channels, dim, bias=False)
 
+
 class PatchEmbeddingNoShapeCheck(ref.PatchEmbedding):
     def forward(self, images):
         return self.proj(ref.patchify(images, self.patch_size))  # a 12x16 image silently gives 12 tokens
+
 
 class PatchEmbeddingSizeAsInt(ref.PatchEmbedding):
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__(image_size, patch_size, in_channels, dim)
         self.image_size = image_size
 
+
 class PatchEmbeddingNoGrid(PatchEmbeddingNoShapeCheck):
     def __init__(self, image_size, patch_size, in_channels, dim):
         super().__init__(image_size, patch_size, in_channels, dim)
         del self.grid_size
+
 
 def embed_no_check(tokens, cls_token, pos_embed):
     if cls_token is not None:
         tokens = torch.cat([cls_token.expand(len(tokens), -1, -1), tokens], 1)
     return tokens + pos_embed
 
+
 def patchify_detached(images, p):
     return ref.patchify(images.detach(), p)
+
 
 def patchify_in_place(images, p):
     images -= images.mean()  # "centre the pixels first"
     return ref.patchify(images, p)
 
+
 def unpatchify_pair_only(patches, p, size):
     height, width = size  # an int image_size cannot be unpacked
     return ref.unpatchify(patches, p, (height, width))
+
 
 def unpatchify_checks(ndim=True, length=True, width=True):
     def unpatchify(patches, p, size):
@@ -405,6 +427,7 @@ def unpatchify_checks(ndim=True, length=True, width=True):
         return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=gh, w=gw)
     return unpatchify
 
+
 def unpatchify_by_index(patches, p, size):
     """The sizes read by index, shape[0], shape[1], shape[-1], with no check of ndim: a 4-D tensor slips through."""
     gh, gw = ref.patch_grid(size, p)
@@ -414,8 +437,10 @@ def unpatchify_by_index(patches, p, size):
     return patches.reshape(b, gh, gw, p, p, width // (p * p)).permute(0, 5, 1, 3, 2, 4).reshape(
         b, width // (p * p), gh * p, gw * p)
 
+
 def unpatchify_detached(patches, p, size):
     return ref.unpatchify(patches, p, size).detach()
+
 
 def unpatchify_resize(patches, p, size):
     gh, gw = ref.patch_grid(size, p)
@@ -424,6 +449,7 @@ def unpatchify_resize(patches, p, size):
         raise ValueError(f"patches {tuple(patches.shape)} do not make a {size} image")
     grid = patches.resize_(b, gh, gw, p, p, d // (p * p))  # resize_ reshapes the caller's tensor too
     return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, d // (p * p), gh * p, gw * p)
+
 
 class PatchEmbeddingSlip(ref.PatchEmbedding):
     """The reference PatchEmbedding with one slip."""
@@ -451,8 +477,10 @@ class PatchEmbeddingSlip(ref.PatchEmbedding):
         patches = ref.patchify(images, self.patch_size)
         return self.proj(patches.detach() if self.slip == "detached" else patches)
 
+
 def patch_embedding(slip):
     return type("PatchEmbedding", (PatchEmbeddingSlip,), {"slip": slip})
+
 
 def embed_slip(slip):
     def add_class_token_and_position(tokens, cls_token, pos_embed):

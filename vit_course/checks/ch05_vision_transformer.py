@@ -580,9 +580,11 @@ class ViTParts(nn.Module):
         pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
         return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else pooled)
 
+
 def vit_with(mistake):
     return type("ViT", (ViTParts,), {"__init__": lambda self, *a, **k: ViTParts.__init__(self, *a, **k,
                                                                                           mistake=mistake)})
+
 
 class ViTRenamed(ViTParts):
     def __init__(self, *args, **kwargs):
@@ -594,6 +596,7 @@ class ViTRenamed(ViTParts):
         x = self.embedding(images)
         return x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1) + \
             self.pos_embed
+
 
 class ViTInlineEmbed(ViTParts):
     """Everything in forward, no embed method."""
@@ -609,6 +612,7 @@ class ViTInlineEmbed(ViTParts):
             x = blk(x)
         return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
 
+
 def given(image_size, in_channels, stem_channels):
     """What the stub's given lines compute: the stem's parameters, then the channels and size patches are cut from."""
     channels, (height, width), stem = in_channels, ref.to_pair(image_size), 0
@@ -616,6 +620,7 @@ def given(image_size, in_channels, stem_channels):
         stem += 9 * channels * c_out + 2 * c_out
         channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
     return stem, channels, height, width
+
 
 def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=None, final_norm=True, patch_bias=True):
     def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
@@ -636,6 +641,7 @@ def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=Non
                 + head_bias * num_classes)
     return count_parameters
 
+
 def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
                     pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
                     stem_channels=None):
@@ -648,6 +654,7 @@ def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth
     positions = (n + k) * dim if pos_embed == "learned" else 0
     return stem + linear(patch_size ** 2 * in_channels, dim) + k * dim + positions + depth * block + 2 * dim + linear(
         dim, num_classes)
+
 
 def count_float(**cfg):
     return float(ref.count_parameters(**cfg))
