@@ -43,6 +43,12 @@ class Slip:
     hint: str
     impl: object
 
+    def __post_init__(self):
+        NAMING.setdefault(id(self.hint), []).append(self)
+
+
+NAMING = {}  # id of a hint object -> the slips holding that very object (a check that passes it names them)
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -97,7 +103,8 @@ class Checker:
     def fail(self, message, hint=None, rule=None):
         """Raise CheckFailed; ``hint``: the likely cause, a text or a ``Slip`` of the record (the failure carries it
         as ``CheckFailed.slip``)."""
-        slip, hint = (hint, hint.hint) if isinstance(hint, Slip) else (None, hint)
+        slip, hint = (hint, hint.hint) if isinstance(hint, Slip) else (next(
+            (s for s in NAMING.get(id(hint), ()) if s.hint is hint and s.exercise == self.name), None), hint)
         text = f"{self.name}: {message}"
         if self.tried and "\n  tried:" not in text:
             text += f"\n  tried: {self.tried}"
