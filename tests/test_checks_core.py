@@ -4,6 +4,7 @@ described in one short line.
 """
 
 import math
+import re
 
 import pytest
 import torch
@@ -13,12 +14,10 @@ import vit_course as ref
 from vit_course import checks
 from vit_course.checks import CheckFailed
 
-from .test_checks_ch01_self_attention import sdpa
-
 
 def test_failure_says_what_was_tried():
     with pytest.raises(CheckFailed) as info:
-        checks.scaled_dot_product_attention(lambda q, k, v, mask=None: sdpa(q, k, v, mask, scale=1.0))
+        checks.scaled_dot_product_attention(checks.ch01_self_attention.SLIPS[0].impl)
     message = str(info.value)
     assert message.startswith("scaled_dot_product_attention: wrong")
     assert "tried: scaled_dot_product_attention(tensor(5, 6), tensor(7, 6), tensor(7, 3))" in message
@@ -33,6 +32,13 @@ def test_learner_error_names_the_line():
     with pytest.raises(CheckFailed, match=r"raised RuntimeError.*\n  at line \d+ of your code: scores = q @ k(.|\n)*"
                        r"likely cause: the scores are q times the keys with their last two axes swapped"):
         checks.scaled_dot_product_attention(broken)
+
+
+@pytest.mark.parametrize("learner, says", [(None, "expected your SelfAttention (a function or class), got None"),
+                                           (ref.SelfAttention(4, 4), "expected your class SelfAttention itself")])
+def test_a_check_says_what_it_got_instead_of_the_learners_code(learner, says):
+    with pytest.raises(CheckFailed, match=re.escape(says)):
+        checks.SelfAttention(learner)
 
 
 def test_check_leaves_the_global_rng_alone(capsys):

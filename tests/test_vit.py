@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vit_course import CONFIGS, ViT, count_parameters, layer_attentions, patchify, unpatchify
+from vit_course import CONFIGS, ViT, count_parameters, layer_attentions, patchify, pool_tokens, unpatchify
 
 SMALL = dict(image_size=(16, 12), patch_size=4, in_channels=3, num_classes=7, dim=24, depth=2, num_heads=3)
 
@@ -212,3 +212,10 @@ def test_stem_matches_conv_batchnorm_relu_by_hand(stem_pool):
     with torch.no_grad():
         assert torch.allclose(model.stem(x), expected, atol=1e-5)
     assert model.grid_size == (4, 4) and count_parameters(**model.config) == n_params(model)
+
+
+def test_pool_tokens_rejects_a_bad_pool():
+    with pytest.raises(ValueError, match="'max'"):
+        pool_tokens(torch.zeros(1, 3, 2), "max")
+    with pytest.raises(ValueError, match="class token"):
+        pool_tokens(torch.zeros(1, 3, 2), "cls", 0)

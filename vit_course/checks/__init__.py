@@ -5,9 +5,9 @@ one raises ``CheckFailed`` (an ``AssertionError``) saying what was tried, what w
 Checks compare against the reference solutions in ``vit_course`` and never depend the other way round.
 
 One record per chapter, named after its notebook: ``chNN_<notebook>.py`` holds the chapter's checks, each
-exercise's rules (``RULES``) and, for the records written so (chapters 06, 07 and 09), its catalogue of slips
-(``SLIPS``: each wrong implementation once, with its rule and the hint it earns) and of accepted variants
-(``VARIANTS``): the check names a learner's mistake from the catalogue, and the tests iterate the same catalogue.
+exercise's rules (``RULES``), its catalogue of slips (``SLIPS``: each wrong implementation once, with its rule and the
+hint it earns) and of accepted variants (``VARIANTS``): the check names a learner's mistake from the catalogue (the
+failure carries the Slip, ``CheckFailed.slip``), and the tests iterate the same catalogue.
 Chapter 08's three records are named after its three exercises' sections (attention maps, position embeddings,
 deletion).
 

@@ -7,13 +7,16 @@ the learner's matches; chapters 02-03 reuse them)."""
 import itertools
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .. import attention as ref
-from .core import check
-from .gradients import gradient_flow
-from .modules import check_attention_weights, only_biases
+from .core import DOUBLE, IN_PLACE, NAN, TUPLE, Slip, Variant, check
+from .gradients import CUT_AT, gradient_flow
+from .messages import known
+from .modules import WEIGHTS_MASK, check_attention_weights, only_biases
 from .probes import TorchCalls
 
 NO_SCALE = "this is the output without the 1/sqrt(d) scaling: divide the scores q k^T by sqrt(d), d = q's last size"
@@ -41,9 +44,11 @@ INTERLEAVED = ("your heads take every h-th feature: head i should own the i-th c
 
 
 def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scale=None, norm="softmax",
-              out_from="weights"):
-    """Reference attention with the knobs learners get wrong (for diagnosis only): (out, weights)."""
-    scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+              out_from="weights", scores=None):
+    """Reference attention with the knobs learners get wrong (diagnoses and slips): (out, weights). ``scores``:
+    scores computed elsewhere (then ``scale`` scales them); norm="scores": the weights are the masked scores."""
+    scores = (q @ k.transpose(-2, -1) if scores is None else scores) * (
+        1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if mask is not None and mask_mode == "ok":
         scores = scores.masked_fill(~mask, float("-inf"))
     elif mask is not None and mask_mode == "inverted":
@@ -52,8 +57,9 @@ def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scal
         scores = scores.masked_fill(~mask, 0.0)
     elif mask is not None and mask_mode == "added":
         scores = scores + mask
-    weights = {"softmax": scores.softmax, "log": scores.log_softmax, "sum": lambda a: scores / scores.sum(
-        a, keepdim=True)}[norm](axis) * (1.0 if late_scale is None else late_scale)
+    weights = {"softmax": scores.softmax, "log": scores.log_softmax, "scores": lambda a: scores,
+               "sum": lambda a: scores / scores.sum(a, keepdim=True)}[norm](axis)
+    weights = weights * (1.0 if late_scale is None else late_scale)
     if mask is not None and mask_mode == "after":
         weights = weights * mask
     return (scores if out_from == "scores" else weights) @ v, weights
@@ -95,13 +101,21 @@ SDPA_CASES = [  # (q shape, k shape, v shape, mask shape or None)
 NOT_PASSED = "the mask seems not to reach the attention: pass it on, scaled_dot_product_attention(q, k, v, mask)"
 PRODUCT = ("the scores are q times the keys with their last two axes swapped, (..., m_q, d) @ (..., d, m_k): "
            "`q @ k.transpose(-2, -1)`")
-ERRORS = (("cannot be multiplied", PRODUCT), ("must match the size of tensor", PRODUCT))
+MASK_ARGUMENT = "the mask is optional: give the function the statement's signature, (q, k, v, mask=None)"
+ERRORS = (("cannot be multiplied", PRODUCT), ("must match the size of tensor", PRODUCT),
+          ("positional arguments but", MASK_ARGUMENT), ("unexpected keyword argument 'mask'", MASK_ARGUMENT))
+
+
+WEIGHTS_FIRST = "you returned (weights, out): the output comes first"
+PAIR = "return both: `return weights @ v, weights`"
+FUSED = ("write the steps with plain tensor operations (@, .transpose, .softmax, .masked_fill), as the exercise asks: "
+         "the check compares yours against the fused function")
 
 
 def _pair(c, out):
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         got = "None" if out is None else f"a {type(out).__name__}"
-        c.fail(f"should return a pair (out, weights), got {got}", "return both: `return weights @ v, weights`")
+        c.fail(f"should return a pair (out, weights), got {got}", PAIR)
     return out
 
 
@@ -123,22 +137,30 @@ def scaled_dot_product_attention(c, fn):
         expected_out, expected_weights = ref.scaled_dot_product_attention(q, k, v, mask)
         c.phase("plain")
         c.ok("scaled_dot_product_attention" not in calls.names, "your function calls PyTorch's fused "
-             "F.scaled_dot_product_attention", "write the steps with plain tensor operations (@, .transpose, "
-             ".softmax, .masked_fill), as the exercise asks: the check compares yours against the fused function")
+             "F.scaled_dot_product_attention", FUSED)
         c.phase("output" if mask_shape is None else "mask")
         got_out, got_weights = _pair(c, out)
-        swapped = (tuple(expected_weights.shape), "you returned (weights, out): the output comes first")
-        c.tensor(got_weights, "weights", expected_weights.shape, torch.float32,
-                 [(expected_out.shape, "you returned (weights, out): the output comes first")])
+        swapped = (tuple(expected_weights.shape), WEIGHTS_FIRST)
+        c.tensor(got_weights, "weights", expected_weights.shape, torch.float32, [(expected_out.shape, WEIGHTS_FIRST)])
         c.close(got_weights, expected_weights, "attention weights", attention_hints(q, k, v, mask, which=1))
         c.close(got_weights.sum(-1), torch.ones(expected_weights.shape[:-1]), "row sums of the weights")
         c.close(got_out, expected_out, "output", attention_hints(q, k, v, mask), shape_hints=[swapped])
         torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         c.close(got_out, torch_out, "output (against torch.nn.functional.scaled_dot_product_attention)")
         if mask_shape in (None, (5, 7)) and len(q_shape) == 3:  # gradients, without and with a mask
-            gradient_flow(c, fn, lambda t, m=mask: _pair(c, c.call(fn, t["q"], t["k"], t["v"], m))[0],
+            masks = [mask][:mask is not None]  # no mask argument where the case has none
+            gradient_flow(c, fn, lambda t, m=mask: _pair(c, c.call(fn, t["q"], t["k"], t["v"], *masks))[0],
                           lambda t, m=mask: ref.scaled_dot_product_attention(t["q"], t["k"], t["v"], m)[0],
                           dict(q=q, k=k, v=v))
+
+
+ROLES, ROLES_FIX = ("the layers play the wrong roles", "queries come from self.q(x), keys from self.k(x), values from "
+                     "self.v(x)")
+NO_BIAS = "the q, k and v layers have no bias: nn.Linear(dim, head_dim, bias=False)"
+BY_DIM = "the scores are scaled by 1/sqrt(dim): use the width of the queries, 1/sqrt(head_dim)"
+WEIGHTS_NOT_OUTPUT = "this is the output: return the (b, m, m) weights"
+NAMES = "name the three layers q, k and v"
+WEIGHTS_REQUIRED = "attention_weights(x, mask=None) returning the (b, m, m) weights"
 
 
 def _roles(q, k, v, mask=None):
@@ -150,9 +172,7 @@ def _roles(q, k, v, mask=None):
             continue
         wrong = [f"{what} from self.{used}" for what, used, right in zip(("queries", "keys", "values"), roles, "qkv",
                                                                           strict=True) if used != right]
-        hint = QK_SWAPPED if roles == ("k", "q", "v") else (
-            f"the layers play the wrong roles ({', '.join(wrong)}): queries come from self.q(x), keys from "
-            "self.k(x), values from self.v(x)")
+        hint = QK_SWAPPED if roles == ("k", "q", "v") else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
         hints.append((hint, lambda r=roles: attention(made[r[0]], made[r[1]], made[r[2]], mask)[0]))
     return hints
 
@@ -166,16 +186,15 @@ def SelfAttention(c, cls):
         reference = ref.SelfAttention(dim, head_dim).eval()
         model = c.build(cls, dim, head_dim)
         c.load(model, reference, [
-            (only_biases, "the q, k and v layers have no bias: nn.Linear(dim, head_dim, bias=False)"),
-            ("", "name the three layers q, k and v")])
+            (only_biases, NO_BIAS),
+            ("", NAMES)])
         x = torch.randn(batch, n, dim, generator=g)
         label = f"SelfAttention({dim}, {head_dim})"
         with torch.no_grad():
             q, k, v = reference.q(x), reference.k(x), reference.v(x)
             expected, weights = ref.scaled_dot_product_attention(q, k, v)
             c.close(c.call(model, x, label=label), expected, "output", attention_hints(q, k, v) + [
-                ("the scores are scaled by 1/sqrt(dim): use the width of the queries, 1/sqrt(head_dim)",
-                 lambda: attention(q, k, v, scale=1 / math.sqrt(dim))[0]),
+                (BY_DIM, lambda: attention(q, k, v, scale=1 / math.sqrt(dim))[0]),
                 ("this is attention on x itself: project x with self.q, self.k and self.v first",
                  lambda: attention(x, x, x)[0])] + _roles(q, k, v))
             c.phase("mask")
@@ -186,8 +205,7 @@ def SelfAttention(c, cls):
                 q, k, v, mask) + _roles(q, k, v, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, weights, label, mask, masked_weights,
-                                    [((batch, n, head_dim), "this is the output: return the (b, m, m) weights")],
-                                    required="attention_weights(x, mask=None) returning the (b, m, m) weights")
+                                    [((batch, n, head_dim), WEIGHTS_NOT_OUTPUT)], required=WEIGHTS_REQUIRED)
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
 
@@ -210,3 +228,205 @@ RULES = {
         "gradient": "gradients flow back to `x` and to the weights of `q`, `k` and `v`",
     },
 }
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+def _sdpa(swap=False, **knobs):
+    """scaled_dot_product_attention with the slip ``knobs`` of ``attention`` (a knob given as a function of q is
+    computed from it); ``swap``: q and k swapped."""
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        kw = {key: value(q) if callable(value) else value for key, value in knobs.items()}
+        return attention(*((k, q) if swap else (q, k)), v, mask, **kw)
+    return scaled_dot_product_attention
+
+
+def _sdpa_in_place(q, k, v, mask=None):
+    q /= math.sqrt(q.shape[-1])
+    return attention(q, k, v, mask, scale=1.0)
+
+
+def _sdpa_stub(q, k, v, mask=None):
+    raise NotImplementedError("scaled_dot_product_attention")
+
+
+def _sdpa_half_only(q, k, v, mask=None):
+    raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")  # torch's own, not the stub
+
+
+def _sdpa_kT(q, k, v, mask=None):
+    scores = q @ k.T / math.sqrt(q.shape[-1])  # fine for 2-D k, wrong for a batch
+    return attention(q, k, v, mask, scale=1.0, scores=scores)
+
+
+def _sdpa_transpose_1_2(q, k, v, mask=None):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])  # fine for a 3-D batch, not for 2-D or 4-D inputs
+    return attention(q, k, v, mask, scale=1.0, scores=scores)
+
+
+def _sdpa_bmm(q, k, v, mask=None):
+    scores = torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # 3-D batches only
+    return attention(q, k, v, mask, scale=1.0, scores=scores)
+
+
+def _sdpa_mask_always(q, k, v, mask=None):
+    return attention(q, k, v, ~~mask)
+
+
+def _sdpa_detached(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
+    return attention(q, k, v, mask, scale=1.0, scores=scores)
+
+
+@torch.no_grad()
+def _sdpa_no_grad(q, k, v, mask=None):
+    return attention(q, k, v, mask)
+
+
+def _sdpa_numpy(q, k, v, mask=None):
+    scores = attention(q, k, v, mask, norm="scores")[1]  # masked
+    e = np.exp(scores.numpy() - scores.numpy().max(-1, keepdims=True))
+    weights = torch.from_numpy(e / e.sum(-1, keepdims=True))
+    return weights @ v, weights
+
+
+def _sdpa_numpy_detached(q, k, v, mask=None):
+    weights = torch.from_numpy(attention(q, k, v, mask, norm="scores")[1].detach().numpy()).softmax(-1)
+    return weights @ v, weights
+
+
+def _sdpa_data(q, k, v, mask=None):
+    return attention(q.data, k, v, mask)
+
+
+def _sdpa_fused(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), attention(q, k, v, mask)[1]
+
+
+def _sdpa_einsum(q, k, v, mask=None):
+    q = q / q.shape[-1] ** 0.5  # pre-scaled queries
+    scores = torch.einsum("...id,...jd->...ij", q, k)
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+    weights = F.softmax(scores, dim=-1)
+    return torch.einsum("...ij,...jd->...id", weights, v), weights
+
+
+SDPA = "scaled_dot_product_attention"
+SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
+    ("no_scale", "output", NO_SCALE, _sdpa(scale=1.0)),
+    ("by_d", "output", BY_D, _sdpa(scale=lambda q: 1 / q.shape[-1])),
+    ("times", "output", TIMES, _sdpa(scale=lambda q: math.sqrt(q.shape[-1]))),
+    ("by_tokens", "output", BY_DV, _sdpa(scale=lambda q: 1 / math.sqrt(q.shape[-2]))),
+    ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q: 1 / math.sqrt(q.shape[-1]))),
+    ("axis", "output", WRONG_AXIS, _sdpa(axis=-2)),
+    ("log_softmax", "output", LOG, _sdpa(norm="log")),
+    ("swapped", "output", PRODUCT, _sdpa(swap=True)),
+    ("weights_first", "output", WEIGHTS_FIRST, lambda q, k, v, mask=None: attention(q, k, v, mask)[::-1]),
+    ("out_only", "output", PAIR, lambda q, k, v, mask=None: attention(q, k, v, mask)[0]),
+    ("double", "output", DOUBLE, lambda q, k, v, mask=None: tuple(t.double() for t in attention(q, k, v, mask))),
+    ("nan", "output", NAN, lambda q, k, v, mask=None: tuple(t * float("nan") for t in attention(q, k, v, mask))),
+    ("k.T", "output", known(r"\.T\b"), _sdpa_kT),
+    ("transpose_1_2", "output", known("Dimension out of range"), _sdpa_transpose_1_2),
+    ("bmm", "output", known("must be a 3D tensor"), _sdpa_bmm),
+    ("half_only", "output", known("not implemented for 'Half'"), _sdpa_half_only),
+    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"), _sdpa_mask_always),
+    ("fused", "plain", FUSED, _sdpa_fused),
+    ("no_mask_argument", "mask", MASK_ARGUMENT, lambda q, k, v: attention(q, k, v)),
+    ("inverted", "mask", INVERTED, _sdpa(mask_mode="inverted")),
+    ("ignored", "mask", IGNORED, _sdpa(mask_mode="none")),
+    ("zero", "mask", ZEROED, _sdpa(mask_mode="zero")),
+    ("after", "mask", AFTER, _sdpa(mask_mode="after")),
+    ("added", "mask", ADDED, _sdpa(mask_mode="added")),
+    ("detach", "gradient", CUT_AT, _sdpa_detached),
+    ("no_grad", "gradient", CUT_AT, _sdpa_no_grad),
+    ("numpy", "gradient", known("Can't call numpy() on Tensor that requires grad"), _sdpa_numpy),
+    ("numpy_detached", "gradient", CUT_AT, _sdpa_numpy_detached),
+    ("data", "gradient", CUT_AT, _sdpa_data),
+    ("in_place", "inputs", IN_PLACE, _sdpa_in_place),
+]] + [Slip(SDPA, "stub", None, "not done yet", _sdpa_stub)]
+
+
+class _SelfAttention(nn.Module):
+    """SelfAttention with one slip, ``slip`` (None: the statement's), and the ``attention`` knobs ``knobs``."""
+
+    slip, knobs = None, {}
+
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(dim, head_dim, bias=self.slip == "bias") for _ in range(3))
+        self.dim = dim
+
+    def _qkv(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        return {"values_from_k": (q, k, k), "roles": (q, v, k), "qk_swapped": (k, q, v), "q_detached": (
+            q.detach(), k, v), "v_weight_data": (q, k, F.linear(x, self.v.weight.data))}.get(self.slip, (q, k, v))
+
+    def forward(self, x, mask=None):
+        if self.slip == "in_place":
+            x /= math.sqrt(x.shape[-1])
+        q, k, v = self._qkv(x)
+        mask = None if self.slip == "mask_dropped" else mask
+        if self.slip == "by_dim":
+            return attention(q, k, v, mask, scale=1 / math.sqrt(self.dim))[0]
+        if self.slip == "no_grad":
+            with torch.no_grad():
+                return attention(q, k, v, mask)[0]
+        return attention(q, k, v, mask) if self.slip == "pair" else attention(q, k, v, mask, **self.knobs)[0]
+
+    def attention_weights(self, x, mask=None):
+        if self.slip == "output_returned":
+            return self(x, mask)
+        return attention(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
+
+
+def _self_attention(slip=None, **knobs):
+    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "knobs": knobs})
+
+
+class _SelfAttentionOldAPI(_SelfAttention):
+    """The former API (return_attention=True gives (out, weights)) without attention_weights."""
+
+    attention_weights = None
+
+    def forward(self, x, mask=None, return_attention=False):
+        out, weights = attention(self.q(x), self.k(x), self.v(x), mask)
+        return (out, weights) if return_attention else out
+
+
+SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl is None else impl)
+          for name, rule, hint, impl in [
+    ("linear", "names", NAMES, nn.Linear),
+    ("no_scale", "output", NO_SCALE, _self_attention(scale=1.0)),
+    ("axis", "output", WRONG_AXIS, _self_attention(axis=-2)),
+    ("inverted", "mask", INVERTED, _self_attention(mask_mode="inverted")),
+    ("bias", "names", NO_BIAS, None),
+    ("values_from_k", "output", f"{ROLES} (values from self.k): {ROLES_FIX}", None),
+    ("roles", "output", f"{ROLES} (keys from self.v, values from self.k): {ROLES_FIX}", None),
+    ("qk_swapped", "output", QK_SWAPPED, None),
+    ("by_dim", "output", BY_DIM, None),
+    ("pair", "output", TUPLE, None),
+    ("mask_dropped", "mask", NOT_PASSED, None),
+    ("missing", "attention_weights", WEIGHTS_REQUIRED, _SelfAttentionOldAPI),
+    ("output_returned", "attention_weights", WEIGHTS_NOT_OUTPUT, None),
+    ("weights_no_mask", "attention_weights", WEIGHTS_MASK, None),
+    ("q_detached", "gradient", CUT_AT, None),
+    ("v_weight_data", "gradient", CUT_AT, None),
+    ("no_grad", "gradient", CUT_AT, None),
+    ("in_place", "inputs", IN_PLACE, None),
+]]
+
+
+class _SelfAttentionSDPA(_SelfAttention):
+    """The statement's API on the einsum attention."""
+
+    def forward(self, x, mask=None):
+        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+VARIANTS = [Variant(SDPA, "reference", ref.scaled_dot_product_attention), Variant(SDPA, "einsum", _sdpa_einsum),
+            Variant(SDPA, "knobs", _sdpa()), Variant("SelfAttention", "reference", ref.SelfAttention),
+            Variant("SelfAttention", "sdpa", _SelfAttentionSDPA),
+            Variant("SelfAttention", "knobs", _self_attention(None))]

@@ -3,18 +3,78 @@ options, drop path while training): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .. import blocks as ref
 from .ch01_self_attention import random_mask
-from .core import check
-from .gradients import CUT, cut_hint, gradient_flow, same_gradient
+from .core import IN_PLACE, Slip, Variant, check
+from .gradients import CUT, CUT_AT, cut_hint, gradient_flow, same_gradient
 from .messages import describe, where
 from .modules import check_dropout, only_biases, randomize_norms
 from .wiring import dropout_wiring
 
+BLOCK_NAMES = "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)"
+BLOCK_NO_BIAS = "the Linear layers need their bias: nn.Linear(dim, hidden_dim) (bias=True is the default)"
+BLOCK_RELU = "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()"
+BLOCK_TANH = "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() (approximate='none')"
+BLOCK_RESIDUAL_INSIDE = ("the input is added to the MLP's output: the residual belongs to the encoder block, the MLP "
+                         "returns fc2's output alone")
+BLOCK_NO_DROP2 = ("fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return "
+                  "self.drop2(self.fc2(x))")
+BLOCK_ONE_DROPOUT = ("two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = nn.Dropout(drop) after "
+                     "fc2 (timm's names: one shared module reads as a single dropout)")
+BLOCK_EPS_PARAMETER = "LayerNorm has two parameters of size dim, `weight` (ones) and `bias` (zeros)"
+BLOCK_UNBIASED = ("this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, `x.var(-1, "
+                  "unbiased=False)`")
+BLOCK_EPS_OUTSIDE = "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + eps)"
+BLOCK_TORCH_DEFAULT = ("the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and timm's "
+                       "value; PyTorch's default is 1e-5)")
+BLOCK_IN_EVAL = "DropPath is only active in training: return x when `not self.training` (or p == 0)"
+BLOCK_ELEMENTWISE = ("draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element (that would "
+                     "be dropout)")
+BLOCK_ONE_COIN = "draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one coin for the whole batch"
+BLOCK_MASK_3D = ("the mask's shape is hard-coded for 3-D x: give it x.ndim axes, (b, 1, ..., 1), e.g. (x.shape[0],) + "
+                 "(1,) * (x.ndim - 1)")
+BLOCK_NO_CHECK = "in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)"
+BLOCK_DROP_PROB = "keep the probability as self.p = p: the given extra_repr reads it"
+BLOCK_LN1 = "two LayerNorms, norm1 (before attention) and norm2 (before the MLP)"
+BLOCK_POST_NORM = ("this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
+                   "attn(norm1(x)); x = x + mlp(norm2(x))")
+BLOCK_NO_RESIDUAL = "the residual connection around attention is missing: x = x + attn(norm1(x))"
+BLOCK_PARALLEL = ("both branches read the same x (a parallel block): the MLP reads the x updated by attention, x = x "
+                  "+ attn(norm1(x)); x = x + mlp(norm2(x))")
+BLOCK_NO_MASK = "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)"
+BLOCK_QKV_BIAS = "qkv_bias=False seems ignored: pass it on, MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, ...)"
+BLOCK_SWAP_LS = "ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch"
+BLOCK_AROUND_SUM = ("DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
+                    "drop_path1(ls1(attn(norm1(x))))")
+BLOCK_IGNORED = ("drop_path seems ignored: drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity(), and "
+                 "the same for drop_path2, each applied to its branch")
+BLOCK_NO_PROJ_DROP = ("pass the rates on: MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
+                      "proj_drop=drop) and MLP(dim, int(dim * mlp_ratio), drop=drop)")
+NO_ACTIVATION = "there is no activation between fc1 and fc2: add nn.GELU()"
+NOT_AFFINE = "weight and bias are not applied: scale by `weight` and shift by `bias` at the end"
+EPS_IGNORED = "eps seems ignored or hard-coded: use the eps given to the constructor"
+NORM_AXIS = ("the mean and variance are taken over the wrong axis: normalise each token over its own "
+                             "features, the last axis")
+KEEP_IS_P = "p is the probability to drop (bernoulli of 1 - p keeps)"
+SHARED_NORM = ("the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
+                         "before the MLP")
+NO_LAYERSCALE = ("with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, "
+                              "nn.Identity()")
+LS_NOT_APPLIED = ("LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the MLP "
+                              "branch")
+EVAL_RANDOM = ("dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, "
+                              "which are off in eval mode")
+PLAIN_TENSOR = "a plain tensor is neither learned nor saved"
+NEW_NORM = "a new norm only standardises"
+UNBIASED = "so the expected output equals the input"
+NO_MULTIPLY = "don't multiply"
+EPS_DEFAULT = "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6"
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
             "not F.dropout(x, p)")
 MLP_TRAIN = "drop seems ignored: apply self.drop1 after the activation and self.drop2 after fc2"
@@ -29,20 +89,18 @@ def MLP(c, cls):
         reference = ref.MLP(dim, hidden).eval()
         model = c.build(cls, dim, hidden)
         c.load(model, reference, [
-            (only_biases, "the Linear layers need their bias: nn.Linear(dim, hidden_dim) (bias=True is the default)"),
-            ("fc", "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)")])
+            (only_biases, BLOCK_NO_BIAS),
+            ("fc", BLOCK_NAMES)])
         x = torch.randn(*shape, dim, generator=g) * 2
         fc1, fc2 = reference.fc1, reference.fc2
         with torch.no_grad():
             c.close(c.call(model, x, label=f"MLP({dim}, {hidden})"), reference(x), "output", [
-                ("this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()", lambda: fc2(F.relu(fc1(x)))),
-                ("this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() "
-                 "(approximate='none')", lambda: fc2(F.gelu(fc1(x), approximate="tanh"))),
-                ("there is no activation between fc1 and fc2: add nn.GELU()", lambda: fc2(fc1(x))),
+                (BLOCK_RELU, lambda: fc2(F.relu(fc1(x)))),
+                (BLOCK_TANH, lambda: fc2(F.gelu(fc1(x), approximate="tanh"))),
+                (NO_ACTIVATION, lambda: fc2(fc1(x))),
                 ("the activation is applied after fc2 as well (or only there): it goes between fc1 and fc2",
                  lambda: F.gelu(fc2(F.gelu(fc1(x))))),
-                ("the input is added to the MLP's output: the residual belongs to the encoder block, the MLP returns "
-                 "fc2's output alone", lambda: x + fc2(F.gelu(fc1(x)))),
+                (BLOCK_RESIDUAL_INSIDE, lambda: x + fc2(F.gelu(fc1(x)))),
             ], atol=1e-5)
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
@@ -54,11 +112,10 @@ def MLP(c, cls):
         check_dropout(c, model, x, reference(x), "with drop=0.5", MLP_EVAL, MLP_TRAIN, "MLP(8, 16, drop=0.5)")
     dropout_wiring(c, model, reference, x, "MLP(8, 16, drop=0.5)", {
         (0.5, (4, 3, 16)): "the dropout after GELU (drop1)", (0.5, (4, 3, 8)): "the dropout after fc2 (drop2)"},
-        "fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return self.drop2(self.fc2(x))")
+        BLOCK_NO_DROP2)
     named = sorted(name for name, sub in model.named_children() if isinstance(sub, nn.Dropout))
     c.ok(not named or named == ["drop1", "drop2"], f"your MLP's dropout modules are {named}, the statement's "
-         "are drop1 and drop2", "two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = "
-         "nn.Dropout(drop) after fc2 (timm's names: one shared module reads as a single dropout)")
+         "are drop1 and drop2", BLOCK_ONE_DROPOUT)
 
 
 @check("LayerNorm")
@@ -72,24 +129,22 @@ def LayerNorm(c, cls):
         reference = ref.LayerNorm(dim, eps=eps)
         randomize_norms(reference, g)
         model = c.build(cls, dim, eps=eps)
-        c.load(model, reference, [("", "LayerNorm has two parameters of size dim, `weight` (ones) and `bias` (zeros)")])
+        c.load(model, reference, [("", BLOCK_EPS_PARAMETER)])
         x = torch.randn(*shape, dim, generator=g) * 3 + 1
         w, b = reference.weight.detach(), reference.bias.detach()
         mean = x.mean(-1, keepdim=True)
         with torch.no_grad():
             c.close(c.call(model, x, label=f"LayerNorm({dim}, eps={eps})"), F.layer_norm(x, (dim,), w, b, eps),
                     "output", [
-                        ("this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, "
-                         "`x.var(-1, unbiased=False)`", lambda: (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps)
+                        (BLOCK_UNBIASED, lambda: (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps)
                          * w + b),
-                        ("eps is added to the standard deviation: it belongs inside the square root, "
-                         "sqrt(var + eps)", lambda: (x - mean) / (x.std(-1, unbiased=False, keepdim=True) + eps)
+                        (BLOCK_EPS_OUTSIDE, lambda: (x - mean) / (x.std(-1, unbiased=False, keepdim=True) + eps)
                          * w + b),
-                        ("weight and bias are not applied: scale by `weight` and shift by `bias` at the end",
+                        (NOT_AFFINE,
                          lambda: F.layer_norm(x, (dim,), eps=eps)),
-                        ("eps seems ignored or hard-coded: use the eps given to the constructor",
+                        (EPS_IGNORED,
                          lambda: F.layer_norm(x, (dim,), w, b, 1e-5 if eps != 1e-5 else 1e-6)),
-                        ("eps seems ignored or hard-coded: use the eps given to the constructor",
+                        (EPS_IGNORED,
                          lambda: F.layer_norm(x, (dim,), w, b, 0.0)),
                         ("the mean and variance are taken over the whole tensor: normalise each token over its own "
                          "features, x.mean(-1, keepdim=True)", lambda: (x - x.mean()) / torch.sqrt(
@@ -99,8 +154,7 @@ def LayerNorm(c, cls):
                         ("the variance is the mean of x squared, E[x^2]: take it of the centred x, "
                          "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)",
                          lambda: (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w + b),
-                        ("the mean and variance are taken over the wrong axis: normalise each token over its "
-                         "own features, the last axis", lambda: (x - x.mean(0, keepdim=True)) / torch.sqrt(
+                        (NORM_AXIS, lambda: (x - x.mean(0, keepdim=True)) / torch.sqrt(
                              x.var(0, unbiased=False, keepdim=True) + eps) * w + b),
                     ])
         constant = torch.full((2, dim), 3.0)
@@ -120,7 +174,7 @@ def _layer_norm_parameters(c, cls):
     for name, init in (("weight", "ones"), ("bias", "zeros")):
         tensor = getattr(model, name, None)
         c.ok(isinstance(tensor, nn.Parameter), f"`{name}` should be an nn.Parameter, got {describe(tensor)}",
-             f"self.{name} = nn.Parameter(torch.{init}(dim)): a plain tensor is neither learned nor saved")
+             f"self.{name} = nn.Parameter(torch.{init}(dim)): {PLAIN_TENSOR}")
     return model
 
 
@@ -133,14 +187,13 @@ def _layer_norm_defaults(c, cls, g):
         c.ok(tuple(tensor.shape) == (6,) and bool(torch.all(tensor == value)), f"a new LayerNorm(6) should start "
              f"with `{name}` all {value:g}, shape (6,); got {describe(tensor)} with values from "
              f"{tensor.min().item():.3g} to {tensor.max().item():.3g}",
-             f"torch.{'ones' if value else 'zeros'}(dim): a new norm only standardises")
+             f"torch.{'ones' if value else 'zeros'}(dim): {NEW_NORM}")
     c.phase("eps")
     x = torch.randn(3, 6, generator=g) * 1e-3  # variance about 1e-6: eps matters
     with torch.no_grad():
         got = c.call(model, x, label="LayerNorm(6)")
     c.close(got, F.layer_norm(x, (6,), eps=1e-6), "output of LayerNorm(6), with the default eps", [
-        ("the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and timm's value; "
-         "PyTorch's default is 1e-5)", lambda: F.layer_norm(x, (6,), eps=1e-5))], atol=1e-4)
+        (BLOCK_TORCH_DEFAULT, lambda: F.layer_norm(x, (6,), eps=1e-5))], atol=1e-4)
 
 
 @check("DropPath")
@@ -157,7 +210,7 @@ def DropPath(c, cls):
             out = c.call(module, x, label=label + " in eval mode")
             c.tensor(out, "output in eval mode", x.shape, x.dtype)
             c.ok(torch.equal(out, x), "in eval mode the output should be the input unchanged",
-                 "DropPath is only active in training: return x when `not self.training` (or p == 0)")
+                 BLOCK_IN_EVAL)
             module.train()
             out = c.tensor(c.call(module, x, label=label + " in training mode"), "output in training mode",
                            x.shape, x.dtype)
@@ -173,21 +226,19 @@ def DropPath(c, cls):
             got = c.call(module, flat, label=label + " in training mode")
         module.eval()
         c.tensor(got, "output for x of shape (3000, 7) in training mode", flat.shape, flat.dtype, [
-            ((3000, 3000, 7), "the mask's shape is hard-coded for 3-D x: give it x.ndim axes, (b, 1, ..., 1), "
-                              "e.g. (x.shape[0],) + (1,) * (x.ndim - 1)")])
+            ((3000, 3000, 7), BLOCK_MASK_3D)])
         _dropped_whole(c, got, flat, p)
         _drop_path_gradient(c, cls, module, p, g)
     c.phase("error")
     for p in (1.0, -0.1):
         c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
-                 hint="in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)")
+                 hint=BLOCK_NO_CHECK)
     c.phase("p")
     module = c.build(cls, 0.25)
     try:  # print(model) calls the given extra_repr, which reads self.p
         repr(module)
     except Exception as error:
-        c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", "keep the "
-               "probability as self.p = p: the given extra_repr reads it")
+        c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", BLOCK_DROP_PROB)
     c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
          f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
          "given extra_repr (what print(model) shows) and the ViT's checks read it")
@@ -200,22 +251,20 @@ def _dropped_whole(c, out, x, p):
     kept = ~dropped
     mixed = ~dropped & (flat == 0).any(1)
     c.ok(not mixed.any(), f"{int(mixed.sum())} samples were partly zeroed: DropPath drops a sample's whole "
-         "residual branch", "draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element "
-         "(that would be dropout)")
+         "residual branch", BLOCK_ELEMENTWISE)
     c.ok(0 < int(dropped.sum()) < len(x), f"with p={p} all {len(x)} samples were "
-         f"{'dropped' if dropped.all() else 'kept'} together", "draw one coin per sample, a mask of shape "
-         "(batch, 1, 1, ...), not one coin for the whole batch")
+         f"{'dropped' if dropped.all() else 'kept'} together", BLOCK_ONE_COIN)
     scale = flat[kept]
     c.ok(not torch.allclose(scale, torch.ones_like(scale)), "the kept samples are not scaled",
-         f"divide the kept samples by (1 - p) = {1 - p:g}, so the expected output equals the input")
+         f"divide the kept samples by (1 - p) = {1 - p:g}, {UNBIASED}")
     c.ok(not torch.allclose(scale, torch.full_like(scale, 1 - p)), "the kept samples are multiplied by (1 - p)",
-         f"divide by the keep probability (1 - p) = {1 - p:g}, don't multiply")
+         f"divide by the keep probability (1 - p) = {1 - p:g}, {NO_MULTIPLY}")
     c.ok(torch.allclose(scale, torch.full_like(scale, 1 / (1 - p)), rtol=1e-5),
          f"the kept samples should be scaled by 1 / (1 - p) = {1 / (1 - p):.4g}, got factors between "
          f"{scale.min().item():.4g} and {scale.max().item():.4g}")
     rate, sd = dropped.float().mean().item(), (p * (1 - p) / len(x)) ** 0.5
     c.ok(abs(rate - p) < 5 * sd, f"with p={p} about {p:.0%} of the samples should be dropped, you dropped "
-         f"{rate:.1%}", "p is the probability to drop (bernoulli of 1 - p keeps)" if abs(rate - (1 - p)) < 5 * sd
+         f"{rate:.1%}", KEEP_IS_P if abs(rate - (1 - p)) < 5 * sd
          else None)
 
 
@@ -276,19 +325,17 @@ def _block_variants(m, x, mask=None):
     no_mlp_res = lambda: mlp(n2(x + attn(n1(x))))  # noqa: E731
     no_res = lambda: mlp(n2(attn(n1(x))))  # noqa: E731
     return [
-        ("this is a post-norm block (norm after the residual sum): ViT normalises first, "
-         "x = x + attn(norm1(x)); x = x + mlp(norm2(x))", post_norm),
-        ("the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 before the MLP",
+        (BLOCK_POST_NORM, post_norm),
+        (SHARED_NORM,
          shared_norm),
         ("the residual adds the normalised x: add the branch to x itself, x = x + attn(norm1(x))", norm_in_residual),
-        ("the residual connection around attention is missing: x = x + attn(norm1(x))", no_attn_res),
+        (BLOCK_NO_RESIDUAL, no_attn_res),
         ("the residual connection around the MLP is missing: x = x + mlp(norm2(x))", no_mlp_res),
         ("both residual connections are missing: x = x + attn(norm1(x)); x = x + mlp(norm2(x))", no_res),
         ("the MLP comes before attention: attention first, then the MLP", mlp_first),
         ("the residual stream is the normalised x: normalise only the branch's input, x = x + attn(norm1(x))",
          residual_normalised),
-        ("both branches read the same x (a parallel block): the MLP reads the x updated by attention, "
-         "x = x + attn(norm1(x)); x = x + mlp(norm2(x))", parallel),
+        (BLOCK_PARALLEL, parallel),
         ("the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))", mlp_unnormalised),
     ]
 
@@ -303,7 +350,7 @@ def EncoderBlock(c, cls):
         reference = randomize_norms(ref.EncoderBlock(dim, heads, ratio).eval(), g)
         model = c.build(cls, dim, heads, ratio)
         c.load(model, reference, [
-            ("norm", "two LayerNorms, norm1 (before attention) and norm2 (before the MLP)"),
+            ("norm", BLOCK_LN1),
             ("attn", "the attention is `attn`, a MultiHeadAttention with `qkv` and `proj`"),
             ("mlp", "the MLP is `mlp`, with `fc1` and `fc2` (hidden width int(dim * mlp_ratio))")])
         x = torch.randn(batch, n, dim, generator=g)
@@ -314,7 +361,7 @@ def EncoderBlock(c, cls):
             mask = random_mask((n, n), g)
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
                     _block_variants(reference, x, mask) + [
-                        ("the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
+                        (BLOCK_NO_MASK,
                          lambda: reference(x))], atol=1e-4)
             c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
@@ -333,9 +380,8 @@ def _options(c, cls, g):
         reference.ls2.gamma.uniform_(-1.5, -0.5, generator=g)
     model = c.build(cls, 8, 2, 2.0, **OPTIONS)
     c.load(model, reference, [
-        ("qkv.bias", "qkv_bias=False seems ignored: pass it on, MultiHeadAttention(dim, num_heads, "
-                     "qkv_bias=qkv_bias, ...)"),
-        ("ls", "with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity()")],
+        ("qkv.bias", BLOCK_QKV_BIAS),
+        ("ls", NO_LAYERSCALE)],
         rule="options")
     x = torch.randn(3, 5, 8, generator=g)
     label = f"EncoderBlock(8, 2, 2.0, {SHOWN})"
@@ -349,12 +395,11 @@ def _options(c, cls, g):
         got = c.call(model, x, label=f"{label} in eval mode")
         c.ok(torch.equal(c.tensor(got, "output in eval mode", x.shape), c.call(model, x, label=label)),
              "in eval mode two calls on the same input gave different outputs",
-             "dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, which are off "
-             "in eval mode")
+             EVAL_RANDOM)
         c.close(got, reference(x), f"output in eval mode with {SHOWN}", [
-            ("LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the MLP branch",
+            (LS_NOT_APPLIED,
              lambda: block(lambda t: t, lambda t: t)),
-            ("ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch",
+            (BLOCK_SWAP_LS,
              lambda: block(reference.ls2, reference.ls1))], atol=1e-4)
 
 
@@ -382,15 +427,13 @@ def _drop_path(c, cls, g):
                     found[a, m] = (z - out).abs().flatten(1).amax(1) < 1e-4
             return found
 
-        ignored = ("drop_path seems ignored: drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity(), "
-                   "and the same for drop_path2, each applied to its branch")
+        ignored = (BLOCK_IGNORED)
         c.ok(not torch.allclose(out, reference(x), atol=1e-5), "in training mode with drop_path=0.5 no residual "
              "branch was ever dropped", ignored)
         found = fits()
         matched = torch.stack(list(found.values())).any(0)
         if not matched.all():
-            hint = ("DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
-                    "drop_path1(ls1(attn(norm1(x))))" if torch.stack(list(fits(True).values())).any(0).all() else
+            hint = (BLOCK_AROUND_SUM if torch.stack(list(fits(True).values())).any(0).all() else
                     "drop or keep each residual branch whole, scaled by 1/(1-p): x = x + drop_path1(ls1(attn(norm1("
                     "x)))); x = x + drop_path2(ls2(mlp(norm2(x))))")
             c.fail(f"in training mode, {int((~matched).sum())} of {len(x)} samples are not x plus each residual "
@@ -407,8 +450,8 @@ def _dropouts(c, cls, g):
     model = c.load(c.build(cls, 8, 2, 2.0, drop=0.1, attn_drop=0.3), reference)
     for name in ("norm1", "norm2"):
         eps = getattr(getattr(model, name, None), "eps", 1e-6)
-        c.ok(eps == 1e-6, f"{name}.eps is {eps:g}, the statement's is 1e-6", f"{name} = nn.LayerNorm(dim, eps=1e-6): "
-             "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6")
+        c.ok(eps == 1e-6, f"{name}.eps is {eps:g}, the statement's is 1e-6",
+             f"{name} = nn.LayerNorm(dim, eps=1e-6): {EPS_DEFAULT}")
     c.phase("dropout")
     x = torch.randn(3, 5, 8, generator=g)
     after = "after the attention's proj (proj_drop=drop) or after the MLP's fc2 (MLP(..., drop=drop))"
@@ -416,8 +459,7 @@ def _dropouts(c, cls, g):
         (0.3, (3, 2, 5, 5)): "attn_drop=0.3 on the attention weights (attn_drop=attn_drop)",
         (0.1, (3, 5, 8)): f"drop=0.1 {after}",
         (0.1, (3, 5, 16)): "drop=0.1 in the MLP after GELU (MLP(..., drop=drop))"},
-        "pass the rates on: MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop) "
-        "and MLP(dim, int(dim * mlp_ratio), drop=drop)")
+        BLOCK_NO_PROJ_DROP)
 
 
 # each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
@@ -455,3 +497,334 @@ RULES = {
         "gradient": "Gradients flow back to `x` and every parameter",
     },
 }
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+class MLPErf(nn.Module):
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
+        self.drop = drop
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = F.dropout(0.5 * h * (1 + torch.erf(h / math.sqrt(2))), self.drop, self.training)  # exact GELU
+        return F.dropout(self.fc2(h), self.drop, self.training)
+
+
+class MLPNames(nn.Module):
+    def __init__(self, dim, hidden_dim):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
+
+
+class LayerNormRsqrt(ref.LayerNorm):
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        return centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+class LayerNormF(ref.LayerNorm):
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class DropPathTimm(nn.Module):
+    def __init__(self, p=0.0):
+        super().__init__()
+        if not 0 <= p < 1:
+            raise ValueError(f"p={p} is not in [0, 1)")
+        self.p = p
+
+    def forward(self, x):
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1 - self.p
+        mask = (keep + torch.rand(x.shape[0], *(1,) * (x.ndim - 1), dtype=x.dtype)).floor_()  # timm's trick
+        return x.div(keep) * mask
+
+
+class DropPathOtherName(DropPathTimm):
+    """p kept as `drop_prob`: the given extra_repr, which reads self.p, then raises."""
+
+    def __init__(self, p=0.0):
+        super().__init__(p)
+        self.drop_prob = p
+        del self.p
+
+    def forward(self, x):
+        self.p = self.drop_prob
+        try:
+            return super().forward(x)
+        finally:
+            del self.p
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class _MLP(ref.MLP):
+    """The reference MLP with one slip, ``slip`` (None: none)."""
+
+    slip = None
+
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__(dim, hidden_dim, drop)
+        if self.slip == "no_bias":
+            self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
+        if self.slip == "one_dropout":  # one module `drop` for both places (the statement names two)
+            del self.drop1, self.drop2
+            self.drop = nn.Dropout(drop)
+
+    def forward(self, x):
+        slip = self.slip
+        if slip == "in_place":
+            x.clamp_(-3, 3)
+        hidden = self.fc1(x).detach() if slip == "detach" else self.fc1(x)
+        act = {"relu": F.relu, "tanh": lambda h: F.gelu(h, approximate="tanh"), "no_act": nn.Identity()}.get(
+            slip, self.act)
+        drop1, drop2 = {"one_dropout": (getattr(self, "drop", None),) * 2, "no_dropout": (nn.Identity(),) * 2,
+                        "no_drop2": (self.drop1, nn.Identity()) if slip == "no_drop2" else None,
+                        "functional": (lambda h: F.dropout(h, self.drop1.p), lambda h: F.dropout(h, self.drop2.p)),
+                        }.get(slip) or (self.drop1, self.drop2)
+        if slip == "no_grad":
+            with torch.no_grad():
+                return drop2(self.fc2(drop1(act(hidden))))
+        out = drop2(self.fc2(act(drop1(hidden)) if slip == "drop_before_act" else drop1(act(hidden))))
+        return x + out if slip == "residual_inside" else out
+
+
+def _mlp(slip):
+    return type("MLP", (_MLP,), {"slip": slip})
+
+
+class _LayerNorm(ref.LayerNorm):
+    """The reference LayerNorm with one slip, ``slip``, or wrong ``knobs`` (unbiased, eps_outside, affine, eps,
+    axis)."""
+
+    slip, knobs = None, {}
+
+    def __init__(self, dim, eps=None):
+        super().__init__(dim, (1e-5 if self.slip == "torch_default" else 1e-6) if eps is None else eps)
+        if self.slip == "eps_parameter":
+            self.eps = nn.Parameter(torch.tensor(self.eps))
+        if self.slip in ("plain_tensors", "no_parameters"):
+            del self.weight, self.bias
+        if self.slip == "plain_tensors":
+            self.weight, self.bias = torch.ones(dim), torch.zeros(dim)
+        if self.slip == "random_start":
+            self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        knobs, slip = self.knobs, self.slip
+        axis, eps, unbiased = knobs.get("axis", -1), knobs.get("eps", self.eps), knobs.get("unbiased", False)
+        mean = x.mean(axis, keepdim=True)
+        mean = mean.detach() if slip == "mean_detached" else mean
+        weight = self.weight.data if slip == "weight_data" else self.weight
+        if knobs.get("eps_outside"):
+            y = (x - mean) / (x.std(axis, unbiased=unbiased, keepdim=True) + eps)
+        elif slip == "in_place":
+            var = x.var(axis, unbiased=unbiased, keepdim=True)
+            x -= mean
+            y = x / torch.sqrt(var + eps)
+        else:
+            y = (x - mean) / torch.sqrt(x.var(axis, unbiased=unbiased, keepdim=True) + eps)
+        return y * weight + self.bias if knobs.get("affine", True) else y
+
+
+def _layer_norm(slip=None, **knobs):
+    return type("LayerNorm", (_LayerNorm,), {"slip": slip, "knobs": knobs})
+
+
+class _DropPath(DropPathTimm):
+    """DropPath with one slip, ``slip`` (None: none)."""
+
+    slip = None
+
+    def __init__(self, p=0.0):
+        nn.Module.__init__(self) if self.slip == "no_check" else super().__init__(p)
+        self.p = p
+
+    def forward(self, x):
+        slip = self.slip
+        if self.p == 0.0 or not (self.training or slip == "in_eval"):
+            return x
+        keep = self.p if slip == "keep_is_p" else 1 - self.p
+        shape = {"elementwise": x.shape, "mask_3d": (x.shape[0], 1, 1), "one_coin": ()}.get(
+            slip, (x.shape[0],) + (1,) * (x.ndim - 1))
+        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - self.p}.get(
+            slip, 1 / (1 - self.p))
+        return x.mul_(mask) if slip == "mul_" else (x.detach() if slip == "detach" else x) * mask
+
+
+def _droppath(slip=None):
+    return type("DropPath", (_DropPath,), {"slip": slip})
+
+
+class BlockOwnParts(nn.Module):
+    """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop)
+        self.ls1, self.ls2 = (ref.LayerScale(dim, init_values) if init_values else nn.Identity() for _ in range(2))
+        self.drop_path1, self.drop_path2 = (DropPathTimm(drop_path) for _ in range(2))
+
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class _Block(ref.EncoderBlock):
+    """The reference block with one slip, ``slip`` (None: none)."""
+
+    slip = None
+
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        ignored = {"qkv_bias": dict(qkv_bias=True), "init_values": dict(init_values=None),
+                   "drop_path": dict(drop_path=0.0)}.get(self.slip, {})
+        options = dict(qkv_bias=qkv_bias, drop=drop, attn_drop=attn_drop, drop_path=drop_path,
+                       init_values=init_values) | ignored
+        super().__init__(dim, num_heads, mlp_ratio, **options)
+        self.rate = drop_path
+        if self.slip == "eps":
+            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        if self.slip in ("proj_drop", "attn_drop"):
+            self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, **{
+                "proj_drop": dict(attn_drop=attn_drop), "attn_drop": dict(proj_drop=drop)}[self.slip])
+        if self.slip == "mlp_drop":
+            self.mlp = ref.MLP(dim, int(dim * mlp_ratio))
+        if self.slip == "ln1":
+            self.ln1 = self.norm1
+            del self.norm1
+
+    def forward(self, x, mask=None):
+        slip = self.slip
+        attn = lambda y: self.attn(y, mask=None if slip == "nomask" else mask)  # noqa: E731
+        ls1, ls2 = {"swap_ls": (self.ls2, self.ls1), "no_ls": (nn.Identity(), nn.Identity())}.get(
+            slip, (self.ls1, self.ls2))
+        if slip == "ln1":
+            x = x + attn(self.ln1(x))
+            return x + self.mlp(self.norm2(x))
+        if slip == "post":
+            x = self.norm1(x + attn(x))
+            return self.norm2(x + self.mlp(x))
+        if slip == "shared":
+            x = x + attn(self.norm1(x))
+            return x + self.mlp(self.norm1(x))
+        if slip == "nores":
+            x = attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        if slip == "parallel":
+            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
+        if slip == "around_sum":
+            x = self.drop_path1(x + ls1(attn(self.norm1(x))))
+            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
+        if slip == "eval_drop_path":
+            keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
+            x = x + keep * attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        if slip == "attn_no_grad":
+            with torch.no_grad():
+                branch = attn(self.norm1(x))
+        else:
+            branch = attn(self.norm1(x))
+        if slip == "in_place":
+            x += self.drop_path1(ls1(branch))
+        else:
+            x = (x.detach() if slip == "residual_detached" else x) + self.drop_path1(ls1(branch))
+        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
+
+
+def _block(slip):
+    return type("EncoderBlock", (_Block,), {"slip": slip})
+
+
+SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("names", "names", BLOCK_NAMES, MLPNames),
+    ("no_bias", "names", BLOCK_NO_BIAS, _mlp("no_bias")),
+    ("relu", "output", BLOCK_RELU, _mlp("relu")),
+    ("tanh", "output", BLOCK_TANH, _mlp("tanh")),
+    ("no_activation", "output", NO_ACTIVATION, _mlp("no_act")),
+    ("residual_inside", "output", BLOCK_RESIDUAL_INSIDE, _mlp("residual_inside")),
+    ("functional", "dropout", MLP_EVAL, _mlp("functional")),
+    ("no_dropout", "dropout", MLP_TRAIN, _mlp("no_dropout")),
+    ("no_drop2", "dropout", BLOCK_NO_DROP2, _mlp("no_drop2")),
+    ("drop_before_act", "dropout", BLOCK_NO_DROP2, _mlp("drop_before_act")),
+    ("one_dropout", "dropout", BLOCK_ONE_DROPOUT, _mlp("one_dropout")),
+    ("detach", "gradient", CUT_AT, _mlp("detach")),
+    ("no_grad", "gradient", CUT_AT, _mlp("no_grad")),
+    ("clamp_", "inputs", IN_PLACE, _mlp("in_place")),
+]]
+SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("eps_parameter", "names", BLOCK_EPS_PARAMETER, _layer_norm("eps_parameter")),
+    ("plain_tensors", "parameters", PLAIN_TENSOR, _layer_norm("plain_tensors")),
+    ("no_parameters", "parameters", PLAIN_TENSOR, _layer_norm("no_parameters")),
+    ("random_start", "parameters", NEW_NORM, _layer_norm("random_start")),
+    ("unbiased", "output", BLOCK_UNBIASED, _layer_norm(unbiased=True)),
+    ("eps_outside", "output", BLOCK_EPS_OUTSIDE, _layer_norm(eps_outside=True)),
+    ("not_affine", "output", NOT_AFFINE, _layer_norm(affine=False)),
+    ("eps_ignored", "output", EPS_IGNORED, _layer_norm(eps=1e-5)),
+    ("axis", "output", NORM_AXIS, _layer_norm(axis=0)),
+    ("torch_default", "eps", BLOCK_TORCH_DEFAULT, _layer_norm("torch_default")),
+    ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
+    ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
+    ("x_minus_mean", "inputs", IN_PLACE, _layer_norm("in_place")),
+]]
+SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name) if impl is None else impl)
+          for name, rule, hint, impl in [
+    ("in_eval", "eval", BLOCK_IN_EVAL, None),
+    ("elementwise", "training", BLOCK_ELEMENTWISE, None),
+    ("one_coin", "training", BLOCK_ONE_COIN, None),
+    ("not_scaled", "training", UNBIASED, None),
+    ("times_keep", "training", NO_MULTIPLY, None),
+    ("keep_is_p", "training", KEEP_IS_P, None),
+    ("mask_3d", "training", BLOCK_MASK_3D, None),
+    ("no_check", "error", BLOCK_NO_CHECK, None),
+    ("detach", "gradient", CUT_AT, None),
+    ("mul_", "inputs", IN_PLACE, None),
+    ("drop_prob", "p", BLOCK_DROP_PROB, DropPathOtherName),
+]]
+SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("ln1", "names", BLOCK_LN1, _block("ln1")),
+    ("post_norm", "output", BLOCK_POST_NORM, _block("post")),
+    ("no_residual", "output", BLOCK_NO_RESIDUAL, _block("nores")),
+    ("parallel", "output", BLOCK_PARALLEL, _block("parallel")),
+    ("no_mask", "mask", BLOCK_NO_MASK, _block("nomask")),
+    ("qkv_bias", "options", BLOCK_QKV_BIAS, _block("qkv_bias")),
+    ("swap_ls", "options", BLOCK_SWAP_LS, _block("swap_ls")),
+    ("around_sum", "drop_path", BLOCK_AROUND_SUM, _block("around_sum")),
+    ("ignored", "drop_path", BLOCK_IGNORED, _block("drop_path")),
+    ("residual_detached", "gradient", CUT_AT, _block("residual_detached")),
+    ("attn_no_grad", "gradient", CUT_AT, _block("attn_no_grad")),
+    ("plus_equals", "inputs", IN_PLACE, _block("in_place")),
+    ("torch_default", "eps", EPS_DEFAULT, _block("eps")),
+    ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("proj_drop")),
+    ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
+    ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
+    ("shared_norm", "output", SHARED_NORM, _block("shared")),
+    ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
+    ("ls_not_applied", "options", LS_NOT_APPLIED, _block("no_ls")),
+    ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),
+]]
+
+
+VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
+    ("MLP", "reference", ref.MLP),
+    ("MLP", "erf", MLPErf),
+    ("MLP", "knobs", _mlp(None)),
+    ("LayerNorm", "reference", ref.LayerNorm),
+    ("LayerNorm", "rsqrt", LayerNormRsqrt),
+    ("LayerNorm", "functional", LayerNormF),
+    ("LayerNorm", "knobs", _layer_norm()),
+    ("DropPath", "reference", ref.DropPath),
+    ("DropPath", "timm", DropPathTimm),
+    ("DropPath", "knobs", _droppath()),
+    ("EncoderBlock", "reference", ref.EncoderBlock),
+    ("EncoderBlock", "own_parts", BlockOwnParts),
+    ("EncoderBlock", "knobs", _block(None)),
+]]

@@ -3,21 +3,56 @@ and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
+import math
+
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
 from .. import patches as ref
-from .core import check
-from .gradients import gradient_flow
-from .messages import describe
+from .core import IN_PLACE, NAME_VALUES, Slip, Variant, check
+from .gradients import CUT_AT, gradient_flow
+from .messages import describe, known
 from .modules import only_biases
 
+PATCH_CHANNELS_FIRST = ("each patch is flattened channels-first, (c p1 p2): the course flattens it as (p1 p2 c), "
+                        "pixel by pixel with the channels innermost, 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)' "
+                        "(F.unfold gives (c p1 p2))")
+PATCH_COLUMNS = "the patches run column by column: read them row by row from the top-left, (h w), not (w h)"
+PATCH_UNFOLD_DROPS = ("check the input first: images.ndim == 4, and both sides divisible by the patch size "
+                      "(patch_grid(images.shape[-2:], patch_size) raises the right error)")
+PATCH_NO_CHECK = ("check the patches' shape against patch_grid(image_size, patch_size) (which checks the sides) and "
+                  "raise a ValueError")
+PATCH_BY_INDEX = ("check `patches.ndim == 3` first: reading the sizes by index (shape[0], shape[1], shape[-1]) lets a "
+                  "4-D tensor through")
+PATCH_SIZE_INT = "store the size as a pair (height, width): self.image_size = to_pair(image_size)"
+PATCH_NO_GRID = "self.grid_size = patch_grid(image_size, patch_size), (rows, columns)"
+PATCH_NO_BIAS = "the projection has a bias: nn.Linear(P*P*in_channels, dim)"
+PATCH_CONV_PROJ = ("proj = nn.Linear(P*P*in_channels, dim), applied to patchify's patches (the given to_conv reads "
+                   "proj.in_features and reshapes its weight)")
+PATCH_CONV_MAP = ("this is a Conv2d's (b, dim, gh, gw) feature map: flatten it to (b, gh*gw, dim), 'b d h w -> b (h "
+                  "w) d'")
+PATCH_FLOORED = "in __init__, get the grid from patch_grid(image_size, patch_size), which raises the ValueError"
+PATCH_PATCHEMBEDDING_NO_CHECK = ("check the images in forward: images.ndim == 4 and tuple(images.shape[1:]) == "
+                                 "(self.in_channels, *self.image_size), else raise a ValueError")
+PATCH_APPENDED = "the class token is appended: prepend it, so it is token 0"
+PATCH_SLICED = ("compare tokens.shape[1:] with pos_embed.shape[1:] after prepending, and raise a ValueError naming "
+                "both shapes")
+PATCH_UNFOLD_LAYOUT = ("this is F.unfold's (b, c*P*P, N) layout: transpose to (b, N, ...) and reorder each patch "
+                            "to (p1 p2 c)")
+PATCH_CHANNELS_LAST = "this is (b, H, W, c): the channels come first, (b, c, H, W)"
+PATCH_NO_POSITION = "the position embeddings are missing: add pos_embed after prepending the class token"
+PATCH_SIDES_SWAPPED = ("height and width are swapped, or the grid was guessed from the number of patches: "
+                                   "take it from image_size, which is (H, W), height first")
+PATCH_SHIFTED = ("the positions are shifted: row 0 of pos_embed belongs to the class token, rows "
+                                    "1..N to the patches; prepend the class token first, then add pos_embed")
+PATCH_CLS_NO_POSITION = ("the class token got no position and the patches got rows 0..N-1: prepend the "
+                                    "class token first, then add all of pos_embed")
 ORDERS = [  # (hint, einops pattern of a wrong patchify)
-    ("each patch is flattened channels-first, (c p1 p2): the course flattens it as (p1 p2 c), pixel by pixel "
-     "with the channels innermost, 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)' (F.unfold gives (c p1 p2))",
+    (PATCH_CHANNELS_FIRST,
      "b c (h p1) (w p2) -> b (h w) (c p1 p2)"),
-    ("the patches run column by column: read them row by row from the top-left, (h w), not (w h)",
+    (PATCH_COLUMNS,
      "b c (h p1) (w p2) -> b (w h) (p1 p2 c)"),
     ("the patches run column by column and are flattened channels-first: use 'b c (h p1) (w p2) -> b (h w) "
      "(p1 p2 c)'", "b c (h p1) (w p2) -> b (w h) (c p1 p2)"),
@@ -54,13 +89,11 @@ def patchify(c, fn):
         c.close(got, ref.patchify(images, p), f"patches of a {height}x{width} image with patch size {p}",
                 [(hint, lambda i=images, p=p, pat=pattern: _wrong_patchify(i, p, pat)) for hint, pattern in ORDERS]
                 + [(RESHAPED, lambda i=images, p=p: i.reshape(b, -1, p * p * ch))],
-                shape_hints=[((b, ch * p * p, height * width // p // p), "this is F.unfold's (b, c*P*P, N) layout: "
-                              "transpose to (b, N, ...) and reorder each patch to (p1 p2 c)")])
+                shape_hints=[((b, ch * p * p, height * width // p // p), PATCH_UNFOLD_LAYOUT)])
     images = torch.randn(2, 3, 8, 12, generator=g)
     gradient_flow(c, fn, lambda t: c.call(fn, t["images"], 4), lambda t: ref.patchify(t["images"], 4),
                   dict(images=images))
-    hint = ("check the input first: images.ndim == 4, and both sides divisible by the patch size "
-            "(patch_grid(images.shape[-2:], patch_size) raises the right error)")
+    hint = (PATCH_UNFOLD_DROPS)
     c.raises(fn, torch.randn(1, 3, 10, 12, generator=g), 4, hint=hint, rule="error-sides",
              why="a 10x12 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
     c.raises(fn, torch.randn(3, 8, 8, generator=g), 4, hint=hint, why="images of shape (3, 8, 8) have no batch axis",
@@ -82,9 +115,8 @@ def unpatchify(c, fn):
         c.close(got, images, f"image rebuilt from patches of size {p} (image_size={size})",
                 [(hint.replace("patchify", "unpatchify"), lambda q=patches, p=p, pat=pattern:
                   _wrong_unpatchify(q, p, (height, width), pat)) for hint, pattern in ORDERS],
-                shape_hints=[((b, height, width, ch), "this is (b, H, W, c): the channels come first, (b, c, H, W)"),
-                             ((b, ch, width, height), "height and width are swapped, or the grid was guessed "
-                              "from the number of patches: take it from image_size, which is (H, W), height first")])
+                shape_hints=[((b, height, width, ch), PATCH_CHANNELS_LAST),
+                             ((b, ch, width, height), PATCH_SIDES_SWAPPED)])
     c.phase("output")
     images = torch.randn(2, 3, 8, 12, generator=g)
     c.close(c.call(fn, ref.patchify(images, 4), 4, images.shape[-2:]), images, "image rebuilt with image_size="
@@ -96,16 +128,14 @@ def unpatchify(c, fn):
 
 def _unpatchify_errors(c, fn, g):
     """A ValueError for each input the statement rules out."""
-    hint = ("check the patches' shape against patch_grid(image_size, patch_size) (which checks the sides) and "
-            "raise a ValueError")
+    hint = (PATCH_NO_CHECK)
     patches = ref.patchify(torch.randn(2, 3, 8, 8, generator=g), 4)  # (2, 4, 48)
     c.raises(fn, ref.patchify(torch.randn(1, 3, 10, 10, generator=g), 5), 4, 10, hint=hint, rule="error-sides",
              why="a 10x10 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
     c.raises(fn, patches[0], 4, 8, hint=hint, rule="error-ndim", why="patches of shape (4, 48) have no batch axis")
     c.raises(fn, patches[None], 4, 8, hint=hint, rule="error-ndim", why="patches of shape (1, 2, 4, 48) are 4-D")
     c.raises(fn, patches[:, :, None], 4, 8, rule="error-ndim", why="patches of shape (2, 4, 1, 48) are 4-D",
-             hint="check `patches.ndim == 3` first: reading the sizes by index (shape[0], shape[1], shape[-1]) "
-             "lets a 4-D tensor through")
+             hint=PATCH_BY_INDEX)
     c.raises(fn, patches, 4, 12, hint=hint, rule="error-length", why="4 patches of 4x4 cannot make a 12x12 image "
              "(it has 9)")
     c.raises(fn, torch.randn(2, 4, 40, generator=g), 4, 8, hint=hint, rule="error-width",
@@ -125,7 +155,7 @@ def PatchEmbedding(c, cls):
         model = c.build(cls, size, p, ch, dim)
         shown = f"PatchEmbedding({size}, {p}, {ch}, {dim})"
         _attributes(c, model, shown, (size, size), p, ch, (size // p, size // p))
-        c.load(model, reference, [(only_biases, "the projection has a bias: nn.Linear(P*P*in_channels, dim)"),
+        c.load(model, reference, [(only_biases, PATCH_NO_BIAS),
                                   ("proj", "the projection is one Linear `proj` (P*P*in_channels -> dim)")])
         c.phase("output")
         images = torch.randn(b, ch, size, size, generator=g)
@@ -134,12 +164,10 @@ def PatchEmbedding(c, cls):
             got = c.call(model, images, label=shown)
             c.close(got, reference(images), "patch tokens",
                     [(hint, lambda pat=pattern: proj(_wrong_patchify(images, p, pat))) for hint, pattern in ORDERS],
-                    shape_hints=[((b, dim, size // p, size // p), "this is a Conv2d's (b, dim, gh, gw) feature map: "
-                                  "flatten it to (b, gh*gw, dim), 'b d h w -> b (h w) d'")])
+                    shape_hints=[((b, dim, size // p, size // p), PATCH_CONV_MAP)])
         c.phase("names")
         c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
-             f"{describe(getattr(model, 'proj', None))}", "proj = nn.Linear(P*P*in_channels, dim), applied to "
-             "patchify's patches (the given to_conv reads proj.in_features and reshapes its weight)")
+             f"{describe(getattr(model, 'proj', None))}", PATCH_CONV_PROJ)
         c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["images"], label=shown), lambda t: reference(t["images"]),
                       dict(images=images), model, reference)
@@ -150,10 +178,10 @@ def PatchEmbedding(c, cls):
 
 def _attributes(c, model, shown, image_size, patch_size, in_channels, grid):
     c.attributes(model, shown, [
-        ("image_size", image_size, "store the size as a pair (height, width): self.image_size = to_pair(image_size)"),
+        ("image_size", image_size, PATCH_SIZE_INT),
         ("patch_size", patch_size, "store patch_size as given, one int P: self.patch_size = patch_size"),
         ("in_channels", in_channels, None),
-        ("grid_size", grid, "self.grid_size = patch_grid(image_size, patch_size), (rows, columns)"),
+        ("grid_size", grid, PATCH_NO_GRID),
         ("num_patches", grid[0] * grid[1], "num_patches is rows * columns of the grid")])
 
 
@@ -161,10 +189,9 @@ def _embedding_errors(c, cls, model, g):
     """ValueErrors: a size P does not divide (in __init__), images of another shape than built for (in forward)."""
     c.raises(cls, 30, 4, 3, 10, label="PatchEmbedding", rule="error-init", why="a 30x30 image cannot be cut into 4x4 "
              "patches (30 is not divisible by 4): building the model must fail, not floor the grid to 7x7",
-             hint="in __init__, get the grid from patch_grid(image_size, patch_size), which raises the ValueError")
+             hint=PATCH_FLOORED)
     shown = "PatchEmbedding((8, 12), 4, 3, 10)"
-    hint = ("check the images in forward: images.ndim == 4 and tuple(images.shape[1:]) == (self.in_channels, "
-            "*self.image_size), else raise a ValueError")
+    hint = (PATCH_PATCHEMBEDDING_NO_CHECK)
     with torch.no_grad():
         c.raises(model, torch.randn(2, 3, 12, 16, generator=g), label=shown, hint=hint, rule="error-shape",
                  why="images of 12x16 pixels given to a model built for 8x12 (more patches than positions)")
@@ -187,17 +214,15 @@ def add_class_token_and_position(c, fn):
         got = c.call(fn, tokens, cls_token, pos, errors=[("Sizes of tensors must match except in dimension", EXPAND)])
         c.close(got, ref.add_class_token_and_position(tokens, cls_token, pos), "tokens with class token and "
                 "positions", [
-                    ("the class token is appended: prepend it, so it is token 0", lambda: torch.cat([tokens, expand], 1)
+                    (PATCH_APPENDED, lambda: torch.cat([tokens, expand], 1)
                      + pos),
-                    ("the position embeddings are missing: add pos_embed after prepending the class token",
+                    (PATCH_NO_POSITION,
                      lambda: torch.cat([expand, tokens], 1)),
                     ("the class token is missing its position: add pos_embed to the whole sequence, class token "
                      "included", lambda: torch.cat([expand, tokens + pos[:, 1:]], 1)),
-                    ("the positions are shifted: row 0 of pos_embed belongs to the class token, rows 1..N to the "
-                     "patches; prepend the class token first, then add pos_embed", lambda: torch.cat(
+                    (PATCH_SHIFTED, lambda: torch.cat(
                          [expand + pos[:, -1:], tokens + pos[:, :-1]], 1)),
-                    ("the class token got no position and the patches got rows 0..N-1: prepend the class token "
-                     "first, then add all of pos_embed", lambda: torch.cat([expand, tokens + pos[:, :-1]], 1)),
+                    (PATCH_CLS_NO_POSITION, lambda: torch.cat([expand, tokens + pos[:, :-1]], 1)),
                 ], shape_hints=[((b, n, dim), "the class token was not prepended: concatenate it in front of the "
                                  "patch tokens (expand it to the batch first)"),
                                 ((1, n + 1, dim), "expand the class token to the batch: cls_token.expand(b, -1, -1)")])
@@ -209,8 +234,7 @@ def add_class_token_and_position(c, fn):
     got = c.call(fn, tokens, None, pos, errors=[("'NoneType' object has no attribute", NO_CLASS_TOKEN)])
     c.close(got, tokens + pos, "tokens for a model without class token (cls_token=None)",
             shape_hints=[((2, 5, 6), "with cls_token=None nothing is prepended: only add the positions")])
-    hint = ("compare tokens.shape[1:] with pos_embed.shape[1:] after prepending, and raise a ValueError naming "
-            "both shapes")
+    hint = (PATCH_SLICED)
     tokens, cls_token = torch.randn(2, 4, 6, generator=g), torch.randn(1, 1, 6, generator=g)
     for rows, why in ((4, "pos_embed (1, 4, 6) has no row for the class token"),
                       (1, "pos_embed (1, 1, 6) has one row, not 5 (broadcasting would add that row to every token)"),
@@ -254,3 +278,306 @@ RULES = {
         "gradient": "**Gradients** flow back to `tokens`, `cls_token` and `pos_embed`",
     },
 }
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+
+
+def patchify_unfold(images, p):
+    b, c, height, width = images.shape
+    if height % p or width % p:
+        raise ValueError(f"{height}x{width} is not divisible by {p}")
+    patches = images.unfold(2, p, p).unfold(3, p, p)  # (b, c, gh, gw, p, p)
+    return patches.permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
+
+
+def patchify_silent(images, p):  # no check: tensor.unfold drops the remainder
+    b, c = images.shape[:2]
+    return images.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
+
+
+def patchify_F_unfold(images, p):
+    ref.patch_grid(images.shape[-2:], p)
+    return F.unfold(images, p, stride=p).transpose(1, 2)  # (b, N, c*p*p): channels first
+
+
+def unpatchify_reshape(patches, p, size):
+    height, width = (size, size) if isinstance(size, int) else size
+    b, n, d = patches.shape
+    if height % p or width % p or n != (height // p) * (width // p) or d % (p * p):
+        raise ValueError(f"patches {tuple(patches.shape)} do not make a {height}x{width} image")
+    grid = patches.reshape(b, height // p, width // p, p, p, d // (p * p))  # (b, gh, gw, p1, p2, c)
+    return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, -1, height, width)
+
+
+def unpatchify_columns(patches, p, size):
+    height, width = (size, size) if isinstance(size, int) else size
+    return rearrange(patches, "b (w h) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
+
+
+def unpatchify_no_grid(patches, p, size):
+    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p)  # h and w left to einops
+
+
+class PatchEmbeddingConv(nn.Module):
+    """timm's way: a Conv2d with kernel = stride = P, called proj (exercise 4.3 asks an nn.Linear, so its check rejects
+    it; ViT's check loads it)."""
+
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__()
+        self.image_size, self.patch_size, self.in_channels = ref.to_pair(image_size), patch_size, in_channels
+        self.grid_size = ref.patch_grid(image_size, patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
+
+    def forward(self, images):
+        if tuple(images.shape[1:]) != (self.in_channels, *self.image_size):
+            raise ValueError(f"images {tuple(images.shape)} do not fit {self.image_size}")
+        return self.proj(images).flatten(2).transpose(1, 2)  # (b, N, dim)
+
+
+class PatchEmbeddingChannelsFirst(ref.PatchEmbedding):
+    def forward(self, images):
+        p = self.patch_size
+        return self.proj(rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p))
+
+
+class PatchEmbeddingMap(PatchEmbeddingConv):
+    def forward(self, images):
+        return self.proj(images)
+
+
+def embed_ok(tokens, cls_token, pos_embed):
+    if cls_token is not None:
+        tokens = torch.cat((cls_token.repeat(len(tokens), 1, 1), tokens), dim=1)
+    if pos_embed.shape[1] != tokens.shape[1]:
+        raise ValueError(f"pos_embed {tuple(pos_embed.shape)} does not fit tokens {tuple(tokens.shape)}")
+    return tokens + pos_embed
+
+
+def embed_inplace(tokens, cls_token, pos_embed):
+    if cls_token is None:
+        tokens += pos_embed
+        return tokens
+    return embed_ok(tokens, cls_token, pos_embed)
+
+
+def unpatchify_no_check(patches, p, size):
+    height, width = (size, size) if isinstance(size, int) else size
+    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
+
+
+def unpatchify_square_guess(patches, p, size):
+    """Ignores image_size: a grid of isqrt(N) rows, right for square images only."""
+    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
+
+
+class PatchEmbeddingNoBias(ref.PatchEmbedding):
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__(image_size, patch_size, in_channels, dim)
+        self.proj = nn.Linear(patch_size * patch_size * in_channels, dim, bias=False)
+
+
+class PatchEmbeddingNoShapeCheck(ref.PatchEmbedding):
+    def forward(self, images):
+        return self.proj(ref.patchify(images, self.patch_size))  # a 12x16 image silently gives 12 tokens
+
+
+class PatchEmbeddingSizeAsInt(ref.PatchEmbedding):
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__(image_size, patch_size, in_channels, dim)
+        self.image_size = image_size
+
+
+class PatchEmbeddingNoGrid(PatchEmbeddingNoShapeCheck):
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        super().__init__(image_size, patch_size, in_channels, dim)
+        del self.grid_size
+
+
+def embed_no_check(tokens, cls_token, pos_embed):
+    if cls_token is not None:
+        tokens = torch.cat([cls_token.expand(len(tokens), -1, -1), tokens], 1)
+    return tokens + pos_embed
+
+
+def patchify_detached(images, p):
+    return ref.patchify(images.detach(), p)
+
+
+def patchify_in_place(images, p):
+    images -= images.mean()  # "centre the pixels first"
+    return ref.patchify(images, p)
+
+
+def unpatchify_pair_only(patches, p, size):
+    height, width = size  # an int image_size cannot be unpacked
+    return ref.unpatchify(patches, p, (height, width))
+
+
+def unpatchify_checks(ndim=True, length=True, width=True):
+    def unpatchify(patches, p, size):
+        gh, gw = ref.patch_grid(size, p)
+        if ndim and patches.ndim != 3:
+            raise ValueError(f"patches {tuple(patches.shape)} are not (b, N, P*P*c)")
+        if length and patches.shape[-2] != gh * gw:  # counted from the end: a missing batch axis slips through
+            raise ValueError(f"{patches.shape[-2]} patches do not make a {gh}x{gw} grid")
+        if width and patches.shape[-1] % (p * p):
+            raise ValueError(f"patches of width {patches.shape[-1]} are not P*P*c values")
+        return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=gh, w=gw)
+    return unpatchify
+
+
+def unpatchify_by_index(patches, p, size):
+    """The sizes read by index, shape[0], shape[1], shape[-1], with no check of ndim: a 4-D tensor slips through."""
+    gh, gw = ref.patch_grid(size, p)
+    b, n, width = patches.shape[0], patches.shape[1], patches.shape[-1]
+    if n != gh * gw or width % (p * p):
+        raise ValueError(f"patches {tuple(patches.shape)} do not make a {size} image")
+    return patches.reshape(b, gh, gw, p, p, width // (p * p)).permute(0, 5, 1, 3, 2, 4).reshape(
+        b, width // (p * p), gh * p, gw * p)
+
+
+def unpatchify_detached(patches, p, size):
+    return ref.unpatchify(patches, p, size).detach()
+
+
+def unpatchify_resize(patches, p, size):
+    gh, gw = ref.patch_grid(size, p)
+    b, n, d = patches.shape
+    if n != gh * gw or d % (p * p):
+        raise ValueError(f"patches {tuple(patches.shape)} do not make a {size} image")
+    grid = patches.resize_(b, gh, gw, p, p, d // (p * p))  # resize_ reshapes the caller's tensor too
+    return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, d // (p * p), gh * p, gw * p)
+
+
+class PatchEmbeddingSlip(ref.PatchEmbedding):
+    """The reference PatchEmbedding with one slip."""
+
+    slip = None
+
+    def __init__(self, image_size, patch_size, in_channels, dim):
+        if self.slip == "patch_pair":
+            patch_size = ref.to_pair(patch_size)
+        if self.slip == "floored":
+            nn.Module.__init__(self)
+            self.image_size, self.patch_size = ref.to_pair(image_size), patch_size
+            self.in_channels = in_channels
+            self.grid_size = (self.image_size[0] // patch_size, self.image_size[1] // patch_size)
+            self.num_patches = self.grid_size[0] * self.grid_size[1]
+            self.proj = nn.Linear(patch_size * patch_size * in_channels, dim)
+            return
+        super().__init__(image_size, patch_size, in_channels, dim)
+
+    def forward(self, images):
+        if self.slip == "in_place":
+            images /= images.abs().max()
+        if self.slip == "weight_data":
+            return F.linear(ref.patchify(images, self.patch_size), self.proj.weight.data, self.proj.bias)
+        patches = ref.patchify(images, self.patch_size)
+        return self.proj(patches.detach() if self.slip == "detached" else patches)
+
+
+def patch_embedding(slip):
+    return type("PatchEmbedding", (PatchEmbeddingSlip,), {"slip": slip})
+
+
+def embed_slip(slip):
+    def add_class_token_and_position(tokens, cls_token, pos_embed):
+        if slip == "no_none" or cls_token is not None:
+            if slip == "no_expand":
+                tokens = torch.cat([cls_token, tokens], dim=1)
+            else:
+                token = cls_token.detach() if slip == "cls_detached" else cls_token
+                tokens = torch.cat([token.expand(len(tokens), -1, -1), tokens], dim=1)
+        if slip == "sliced" and pos_embed.shape[1] > tokens.shape[1]:
+            pos_embed = pos_embed[:, :tokens.shape[1]]  # "use the rows we need": hides a table made for another size
+        if tokens.shape[1:] != pos_embed.shape[1:]:
+            raise ValueError("position embeddings don't fit" if slip == "vague" else
+                             f"pos_embed {tuple(pos_embed.shape)} does not fit tokens {tuple(tokens.shape)}")
+        return tokens + (pos_embed.data if slip == "pos_data" else pos_embed)
+    return add_class_token_and_position
+
+SLIPS = [Slip("patchify", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("channels_first", "output", PATCH_CHANNELS_FIRST, patchify_F_unfold),
+    ("columns", "output", PATCH_COLUMNS,
+     lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)", p1=p,
+                                                                  p2=p)),
+    ("unfold_drops", "error-sides", PATCH_UNFOLD_DROPS, patchify_silent),
+    ("no_ndim", "error-ndim", PATCH_UNFOLD_DROPS, lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1)),
+    ("detach", "gradient", CUT_AT, patchify_detached),
+    ("centred", "inputs", IN_PLACE, patchify_in_place),
+    ("channels_first_square", "output", PATCH_CHANNELS_FIRST,
+     lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else rearrange(
+        x, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p)),
+    ("unfold", "output", PATCH_UNFOLD_LAYOUT, lambda x, p: F.unfold(x, p, stride=p)),
+    ("no_check_sides", "error-sides", PATCH_UNFOLD_DROPS,
+     lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p)),
+    ("reshaped", "output", RESHAPED,
+     lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else x.reshape(len(x), -1, p * p * x.shape[1])),
+]]
+SLIPS += [Slip("unpatchify", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("columns", "output", PATCH_COLUMNS, unpatchify_columns),
+    ("int", "image-size", known('cannot unpack non-iterable int object'), unpatchify_pair_only),
+    ("no_check", "error-sides", PATCH_NO_CHECK, unpatchify_no_check),
+    ("no_ndim", "error-ndim", PATCH_NO_CHECK, unpatchify_checks(ndim=False)),
+    ("no_length", "error-length", PATCH_NO_CHECK, unpatchify_checks(length=False)),
+    ("no_width", "error-width", PATCH_NO_CHECK, unpatchify_checks(width=False)),
+    ("by_index", "error-ndim", PATCH_BY_INDEX, unpatchify_by_index),
+    ("detach", "gradient", CUT_AT, unpatchify_detached),
+    ("resize_", "inputs", IN_PLACE, unpatchify_resize),
+    ("no_grid", "output", known('Could not infer sizes for'), unpatchify_no_grid),
+    ("channels_last", "output", PATCH_CHANNELS_LAST,
+     lambda q, p, s: unpatchify_reshape(q, p, s).permute(0, 2, 3, 1)),
+    ("sides_swapped", "output", PATCH_SIDES_SWAPPED,
+     lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1])),
+    ("square_guess", "output", PATCH_SIDES_SWAPPED, unpatchify_square_guess),
+]]
+SLIPS += [Slip("PatchEmbedding", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("size_int", "attributes", PATCH_SIZE_INT, type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {})),
+    ("patch_pair", "attributes", known("not supported between instances of 'tuple' and 'int'"),
+     patch_embedding("patch_pair")),
+    ("no_grid", "attributes", PATCH_NO_GRID, PatchEmbeddingNoGrid),
+    ("no_bias", "names", PATCH_NO_BIAS, PatchEmbeddingNoBias),
+    ("conv_proj", "names", PATCH_CONV_PROJ, PatchEmbeddingConv),
+    ("channels_first", "output", PATCH_CHANNELS_FIRST, PatchEmbeddingChannelsFirst),
+    ("conv_map", "output", PATCH_CONV_MAP, PatchEmbeddingMap),
+    ("floored", "error-init", PATCH_FLOORED, patch_embedding("floored")),
+    ("no_check", "error-shape", PATCH_PATCHEMBEDDING_NO_CHECK, PatchEmbeddingNoShapeCheck),
+    ("detached", "gradient", CUT_AT, patch_embedding("detached")),
+    ("weight_data", "gradient", CUT_AT, patch_embedding("weight_data")),
+    ("normalised", "inputs", IN_PLACE, patch_embedding("in_place")),
+]]
+SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("appended", "output", PATCH_APPENDED, lambda t, c, p: torch.cat([t, c.expand(len(t), -1, -1)], 1) + p),
+    ("no_expand", "output", EXPAND, embed_slip("no_expand")),
+    ("no_none", "no-class-token", NO_CLASS_TOKEN, embed_slip("no_none")),
+    ("sliced", "error", PATCH_SLICED, embed_slip("sliced")),
+    ("vague", "error", NAME_VALUES, embed_slip("vague")),
+    ("no_check", "error", PATCH_SLICED, embed_no_check),
+    ("cls_detached", "gradient", CUT_AT, embed_slip("cls_detached")),
+    ("pos_data", "gradient", CUT_AT, embed_slip("pos_data")),
+    ("plus_equals", "inputs", IN_PLACE, embed_inplace),
+    ("no_position", "output", PATCH_NO_POSITION,
+     lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1)),
+    ("not_expanded", "output", EXPAND, lambda t, c, p: torch.cat([c, t], 1) + p),
+    ("none_ignored", "no-class-token", NO_CLASS_TOKEN,
+     lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1) + p),
+    ("shifted", "output", PATCH_SHIFTED,
+     lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1) + p[:, -1:], t + p[:, :-1]], 1)),
+    ("cls_no_position", "output", PATCH_CLS_NO_POSITION,
+     lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1), t + p[:, :-1]], 1)),
+    ("no_check_one_row", "error", PATCH_SLICED,
+     lambda t, c, p: embed_ok(t, c, p) if p.shape[1] != 1 else embed_no_check(t, c, p)),
+]]
+
+
+VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
+    ("patchify", "reference_patchify", ref.patchify),
+    ("patchify", "patchify_unfold", patchify_unfold),
+    ("unpatchify", "reference_unpatchify", ref.unpatchify),
+    ("unpatchify", "unpatchify_reshape", unpatchify_reshape),
+    ("PatchEmbedding", "reference_patchembedding", ref.PatchEmbedding),
+    ("add_class_token_and_position", "reference_add_class_token_and_position", ref.add_class_token_and_position),
+    ("add_class_token_and_position", "embed_ok", embed_ok),
+]]

@@ -11,13 +11,63 @@ import torch
 from torch import nn
 
 from .. import vit as ref
-from .core import check
-from .gradients import gradient_flow
-from .messages import describe
+from .ch04_patch_embeddings import PatchEmbeddingConv
+from .core import IN_PLACE, NAN, PLAIN_NUMBER, Slip, Variant, check
+from .gradients import CUT_AT, NOT_TRAINED, gradient_flow
+from .messages import describe, known
 from .modules import randomize_norms
 from .probes import TorchCalls, call_naming, works_on
 from .wiring import dropout_wiring
 
+VIT_RENAMED = "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)"
+VIT_NO_GRID = "self.grid_size = self.patch_embed.grid_size"
+VIT_NO_EMBED = "write embed(images) -> (b, n, D) as the exercise asks"
+VIT_APPENDED = "the class token is appended: prepend it (token 0), add_class_token_and_position does"
+VIT_NO_NORM = "the final LayerNorm `norm` is not applied before the head"
+VIT_FIRST_BLOCK = "only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`"
+VIT_PE_IMAGE_SIZE = ("the patches are cut from the stem's output: PatchEmbedding(token_image, patch_size, "
+                     "token_channels, dim), the given lines set both")
+VIT_TORCH_DEFAULT = "norm = nn.LayerNorm(dim, eps=1e-6): PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6"
+VIT_DROPS_SWAPPED = ("EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values): the "
+                     "arguments in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
+VIT_CLS_RANDOM = "nn.Parameter(torch.zeros(1, 1, dim))"
+VIT_PARAMETER = "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)"
+VIT_MEAN_ALL = ("mean pooling averages the class token in with the patches: average the patch tokens only, x[:, "
+                "num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)")
+VIT_SAME = "every block gets the same rate: it rises linearly from 0 (first block) to drop_path (last)"
+VIT_FLOAT = "use // to count the patches (or int(...)): / always gives a float"
+VIT_BUILT = ("count by formula, without building the model or any tensor: the point is to size models too big for "
+             "your memory")
+VIT_NO_STEM = "the stem's parameters are not counted: add `stem`, as the given lines compute it"
+VIT_IN_CHANNELS_AFTER_STEM = ("after the stem the patches are cut from its output: use `channels` (the stem's last "
+                              "width), not in_channels")
+VIT_IMAGE_SIZE_AFTER_STEM = ("after the stem the patches are cut from its smaller map: count N from `height` and "
+                             "`width`, not image_size")
+VIT_SQUARE_N = "N counts the patches of a square: N = (height / P) * (width / P)"
+VIT_NO_POSITION = "the position embeddings are missing: add pos_embed after prepending the class token"
+VIT_MEAN_HEAD = "the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]"
+VIT_ZERO_ROW_FIRST = "the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]"
+VIT_NO_ZERO_ROW = ("with pool='mean' and class_token=None there is no class token, so no zero row: one per "
+                          "prefix token, torch.zeros(self.num_prefix_tokens, dim), none here")
+VIT_QKV_BIAS = "qkv_bias=False: pass qkv_bias on to every EncoderBlock"
+VIT_RATES_BY_DEPTH = ("the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, drop_path * i "
+                          "/ max(depth - 1, 1), so the last block gets drop_path itself")
+VIT_POS_STD = "nn.Parameter(torch.randn(1, n, dim) * 0.02)"
+COUNT_NO_BIASES = ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D "
+                                  "per block)")
+COUNT_NO_NORMS = "the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)"
+COUNT_NO_HEAD_BIAS = "the head's bias is not counted"
+COUNT_SINCOS = ("a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D "
+                                       "table only for pos_embed='learned'")
+COUNT_MEAN_CLS = ("with pool='mean' there is no class token unless class_token=True (it defaults "
+                                       "to pool == 'cls'): no cls_token, and no position row for it")
+COUNT_QKV_BIAS = "qkv_bias=False: the qkv layers have no bias (3D fewer per block)"
+COUNT_LAYERSCALE = ("with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma "
+                                       "(D each)")
+CLS_AND_ROW = "the class token and its position row are both missing"
+PATCH_BIAS = "the patch projection's bias (D) is not counted"
+FINAL_NORM = "the final LayerNorm (2D) is not counted"
+CLASS_TOKEN_MEAN = "class_token=True adds a class token even with pool='mean': cls_token (D) and its position row"
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
 
@@ -41,8 +91,7 @@ def _vit_variants(m, images):
     cls = lambda: m.cls_token.expand(len(images), -1, -1)  # noqa: E731
     if m.pool == "mean":
         return [
-            ("mean pooling averages the class token in with the patches: average the patch tokens only, "
-             "x[:, num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)",
+            (VIT_MEAN_ALL,
              lambda: run(pool="all")),
             ("pool='mean' reads the class token: average the patch tokens, x[:, num_prefix_tokens:].mean(1)",
              lambda: run(pool="cls")),
@@ -51,14 +100,14 @@ def _vit_variants(m, images):
             ("the final LayerNorm `norm` is not applied before pooling", lambda: run(final_norm=False, pool="mean")),
         ]
     return [
-        ("the final LayerNorm `norm` is not applied before the head", lambda: run(final_norm=False)),
-        ("only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+        (VIT_NO_NORM, lambda: run(final_norm=False)),
+        (VIT_FIRST_BLOCK,
          lambda: run(blocks=m.blocks[:1])),
         ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
          lambda: run(norm_first=True)),
         ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
          lambda: run(pool="last")),
-        ("the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]",
+        (VIT_MEAN_HEAD,
          lambda: run(pool="mean")),
         ("the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
          lambda: run(pool="all")),
@@ -66,7 +115,7 @@ def _vit_variants(m, images):
          lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed, pool="last")),
         ("the class token is appended: prepend it (token 0) and read x[:, 0]",
          lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed)),
-        ("the position embeddings are missing: add pos_embed after prepending the class token",
+        (VIT_NO_POSITION,
          lambda: run(lambda: torch.cat([cls(), tokens()], 1))),
         ("the class token gets no position: prepend it first, then add all of pos_embed",
          lambda: run(lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))),
@@ -80,9 +129,9 @@ def _embed_variants(m, images):
                  lambda: m.patch_embed(images))]
     tokens, cls = (lambda: m.patch_embed(images)), (lambda: m.cls_token.expand(len(images), -1, -1))
     return [
-        ("the class token is appended: prepend it (token 0), add_class_token_and_position does",
+        (VIT_APPENDED,
          lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed),
-        ("the position embeddings are missing: add pos_embed after prepending the class token",
+        (VIT_NO_POSITION,
          lambda: torch.cat([cls(), tokens()], 1)),
         ("the class token gets no position: prepend it first, then add all of pos_embed",
          lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))]
@@ -98,7 +147,7 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
             reference.pos_embed.normal_(generator=g)
     model = c.build(cls, **config)
     c.load(model, reference, [*hints,
-        ("patch_embed", "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)"),
+        ("patch_embed", VIT_RENAMED),
         ("cls_token", "the class token is a parameter `cls_token` of shape (1, 1, dim)"),
         ("pos_embed", "the position embeddings are a parameter `pos_embed` of shape (1, N + 1, dim)"),
         ("blocks", "the encoder blocks are an nn.ModuleList called `blocks`"),
@@ -111,7 +160,7 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
         c.phase("embed")
         method = getattr(model, "embed", None)
         if not callable(method):
-            c.fail("your ViT has no method embed", "write embed(images) -> (b, n, D) as the exercise asks")
+            c.fail("your ViT has no method embed", VIT_NO_EMBED)
         c.close(c.call(method, images, label=f"{label}.embed"), reference.embed(images), "tokens from embed(images)",
                 _embed_variants(reference, images), shape_hints=[
                     ((batch, reference.patch_embed.num_patches, config["dim"]), "the class token is missing: "
@@ -120,7 +169,7 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
         got = c.call(model, images, label=label)
         c.close(got, reference(images), "logits", _vit_variants(reference, images), atol=1e-4,
                 shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
-    c.attributes(model, label, [("grid_size", reference.grid_size, "self.grid_size = self.patch_embed.grid_size")])
+    c.attributes(model, label, [("grid_size", reference.grid_size, VIT_NO_GRID)])
     if gradients:
         gradient_flow(c, cls, lambda _: c.call(model, images, label=label), lambda _: reference(images), {}, model,
                       reference, what="the logits")
@@ -144,7 +193,7 @@ def ViT(c, cls):
     _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
     c.phase("blocks")
     _compare(c, cls, dict(SMALL, qkv_bias=False, init_values=0.1), g, [
-        ("qkv.bias", "qkv_bias=False: pass qkv_bias on to every EncoderBlock"),
+        ("qkv.bias", VIT_QKV_BIAS),
         ("gamma", "init_values=0.1: pass init_values on to every EncoderBlock (LayerScale)")])
     _drop_path_rates(c, cls)
     strong_blocks(c, cls, g)
@@ -157,11 +206,11 @@ def _initial_values(c, cls):
     model = c.build(cls, **SMALL)
     token, pos = model.cls_token.detach(), model.pos_embed.detach()
     c.ok(bool(torch.all(token == 0)), "a new model's cls_token should be zeros, got values from "
-         f"{token.min().item():.3g} to {token.max().item():.3g}", "nn.Parameter(torch.zeros(1, 1, dim))")
+         f"{token.min().item():.3g} to {token.max().item():.3g}", VIT_CLS_RANDOM)
     std = pos.std().item()
     c.ok(0.01 < std < 0.04 and abs(pos.mean().item()) < 0.01, "a new model's pos_embed should be small random "
          f"numbers (std 0.02), got mean {pos.mean().item():.3g} and std {std:.3g}",
-         "nn.Parameter(torch.randn(1, n, dim) * 0.02)")
+         VIT_POS_STD)
 
 
 def _sincos(c, cls, g):
@@ -179,18 +228,17 @@ def _sincos_table(c, cls, config):
     if isinstance(pos, nn.Parameter):
         extra = f": {pos.numel():,} trainable parameters too many (+{pos.numel():,})" if pos.requires_grad else ""
         c.fail(f"with pos_embed='sincos' the position table is an nn.Parameter{extra}",
-               "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)")
+               VIT_PARAMETER)
     c.ok("pos_embed" in dict(model.named_buffers()), f"with pos_embed='sincos', pos_embed should be a buffer, got "
          f"{describe(pos)}", "self.register_buffer('pos_embed', table): saved and moved with the model, never trained")
     k = reference.num_prefix_tokens
     table, zero = reference.pos_embed[0, k:], torch.zeros(1, config["dim"])
-    variants = [("the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]",
+    variants = [(VIT_ZERO_ROW_FIRST,
                  lambda: torch.cat([table, zero])[None]),
                 ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
                  "table])[None]", lambda: torch.cat([table[:1], table])[None])]
     wrong_rows = ("the class token needs a position row too: a zero row in front, (1, N + 1, D)" if k else
-                  "with pool='mean' and class_token=None there is no class token, so no zero row: one per prefix "
-                  "token, torch.zeros(self.num_prefix_tokens, dim), none here")
+                  VIT_NO_ZERO_ROW)
     n = reference.pos_embed.shape[1]  # the table with the wrong number of zero rows: one too few, or one too many
     shapes = [((1, n - 1 if k else n + 1, 64), wrong_rows), ((n, 64), "add the batch axis in front: table[None]")]
     c.close(pos, reference.pos_embed, f"sin-cos position table (pos_embed) with pool={config['pool']!r}",
@@ -208,11 +256,10 @@ def _drop_path_rates(c, cls):
                       block.named_modules() if name.startswith("drop_path")), default=0.0), 6)
            for block in model.blocks]
     expected = [round(top * i / (depth - 1), 6) for i in range(depth)]
-    wrong = {"the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, drop_path * i / "
-             "max(depth - 1, 1), so the last block gets drop_path itself": [top * i / depth for i in range(depth)],
+    wrong = {VIT_RATES_BY_DEPTH: [top * i / depth for i in range(depth)],
              "the first block should get 0 and the last drop_path: drop_path * i / max(depth - 1, 1)":
                  [top * (i + 1) / depth for i in range(depth)],
-             "every block gets the same rate: it rises linearly from 0 (first block) to drop_path (last)":
+             VIT_SAME:
                  [top] * depth,
              "the rates fall with depth: the first block gets 0, the last drop_path": expected[::-1],
              "drop_path seems ignored: give block i the rate drop_path * i / max(depth - 1, 1), "
@@ -250,7 +297,7 @@ def _variants(m, images):
         return m.head(x[:, token])
 
     return [
-        ("only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+        (VIT_FIRST_BLOCK,
          lambda: run(m.blocks[:1])),
         ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
          lambda: run(m.blocks[-1:])),
@@ -275,16 +322,14 @@ def strong_blocks(c, cls, g):
                 _variants(reference, images), atol=1e-4)
     c.phase("eps")
     eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
-    c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", "norm = nn.LayerNorm(dim, eps=1e-6): "
-         "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6")
+    c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", VIT_TORCH_DEFAULT)
     c.phase("blocks")
     n = reference.patch_embed.num_patches + 1
     dropout_wiring(c, model, reference, images, label, {
         (0.3, (2, 2, n, n)): "attn_drop=0.3 on the attention weights",
         (0.1, (2, n, 16)): "drop=0.1 after the attention's proj and the MLP's fc2",
         (0.1, (2, n, 32)): "drop=0.1 in the MLP after GELU"},
-        "EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values): the arguments "
-        "in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
+        VIT_DROPS_SWAPPED)
 
 
 STEM_SKIPPED = "embed skips the stem: tokens = self.patch_embed(self.stem(images)) (the stem is nn.Identity() " \
@@ -301,8 +346,7 @@ def hybrid(c, cls, g):
     embedding = getattr(model, "patch_embed", None)
     built = (tuple(getattr(embedding, "image_size", ())), getattr(embedding, "in_channels", None))
     c.ok(built == ((4, 4), 8), f"in {label} the stem turns 16x16x3 images into 4x4x8 maps, but patch_embed is "
-         f"built for images of size {built[0]} with {built[1]} channels", "the patches are cut from the stem's "
-         "output: PatchEmbedding(token_image, patch_size, token_channels, dim), the given lines set both")
+         f"built for images of size {built[0]} with {built[1]} channels", VIT_PE_IMAGE_SIZE)
     model = c.load(model, reference)
     images = torch.randn(2, 3, 16, 16, generator=g)
     c.phase("embed")
@@ -342,22 +386,23 @@ def _mistakes(cfg):
     return [
         ("the class token (1 x D) is not counted, or its row of the position table ((N + 1) x D)", d),
         ("the position embeddings ((N + 1) x D) are not counted", (n + 1) * d),
-        ("the class token and its position row are both missing", 2 * d),
-        ("the patch projection's bias (D) is not counted", d),
+        (CLS_AND_ROW, 2 * d),
+        (PATCH_BIAS, d),
         ("the patch projection (P*P*C x D weights + D biases) is not counted", p2c * d + d),
         ("the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 hidden, fc2 D per block)",
          depth * (5 * d + hidden)),
-        ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block)",
+        (COUNT_NO_BIASES,
          depth * (5 * d + hidden) + d),
         ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block; head)",
          depth * (5 * d + hidden) + d + classes),
         ("the qkv bias (3D per block) is not counted", depth * 3 * d),
+        ("the MLP's biases (fc1 hidden, fc2 D per block) are not counted", depth * (hidden + d)),
         ("the LayerNorms (2 x 2D per block) are not counted", depth * 4 * d),
-        ("the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)", depth * 4 * d + 2 * d),
-        ("the final LayerNorm (2D) is not counted", 2 * d),
+        (COUNT_NO_NORMS, depth * 4 * d + 2 * d),
+        (FINAL_NORM, 2 * d),
         ("the LayerNorms are counted with weights only (D each, no bias)", depth * 2 * d + d),
         ("the head (D x classes + classes) is not counted", d * classes + classes),
-        ("the head's bias is not counted", classes),
+        (COUNT_NO_HEAD_BIAS, classes),
         ("the attention output projection proj (D x D + D per block) is not counted", depth * (d * d + d)),
         ("every block's parameters are counted once only: multiply by depth", (depth - 1) * (
             4 * d + 4 * d * d + 4 * d + 2 * d * hidden + hidden + d)),
@@ -372,18 +417,15 @@ def _option_mistakes(cfg):
     n = _patches(cfg) + class_token
     hints = []
     if not learned:
-        hints.append(("a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D table only "
-                      "for pos_embed='learned'", -n * d))
+        hints.append((COUNT_SINCOS, -n * d))
     if pool == "mean" and not class_token:
-        hints.append(("with pool='mean' there is no class token unless class_token=True (it defaults to "
-                      "pool == 'cls'): no cls_token, and no position row for it", -(1 + learned) * d))
+        hints.append((COUNT_MEAN_CLS, -(1 + learned) * d))
     if pool == "mean" and class_token:
-        hints.append(("class_token=True adds a class token even with pool='mean': cls_token (D) and its position "
-                      "row", (1 + learned) * d))
+        hints.append((CLASS_TOKEN_MEAN, (1 + learned) * d))
     if cfg.get("qkv_bias") is False:
-        hints.append(("qkv_bias=False: the qkv layers have no bias (3D fewer per block)", -3 * d * depth))
+        hints.append((COUNT_QKV_BIAS, -3 * d * depth))
     if cfg.get("init_values"):
-        hints.append(("with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma (D each)",
+        hints.append((COUNT_LAYERSCALE,
                       2 * d * depth))
     return hints
 
@@ -411,14 +453,12 @@ def _stem_mistakes(cfg):
         stem += 9 * channels * c_out + 2 * c_out
         channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
     n = (height // p) * (width // p)
-    hints = [("N counts the patches of a square: N = (height / P) * (width / P)",
+    hints = [(VIT_SQUARE_N,
               (n - (height // p) ** 2) * d * learned)]
     if stem:
-        hints += [("the stem's parameters are not counted: add `stem`, as the given lines compute it", stem),
-                  ("after the stem the patches are cut from its output: use `channels` (the stem's last width), not "
-                   "in_channels", p * p * (channels - cfg["in_channels"]) * d),
-                  ("after the stem the patches are cut from its smaller map: count N from `height` and `width`, not "
-                   "image_size", (n - image_n) * d * learned)]
+        hints += [(VIT_NO_STEM, stem),
+                  (VIT_IN_CHANNELS_AFTER_STEM, p * p * (channels - cfg["in_channels"]) * d),
+                  (VIT_IMAGE_SIZE_AFTER_STEM, (n - image_n) * d * learned)]
     return hints
 
 
@@ -447,11 +487,10 @@ def count_parameters(c, fn):
              _hint(cfg, expected, got))
         if cfg is CONFIGS[0]:
             c.phase("formula")
-            c.ok(calls.count == 0, f"your count called torch {calls.count} times for ViT-B/16", "count by formula, "
-                 "without building the model or any tensor: the point is to size models too big for your memory")
+            c.ok(calls.count == 0, f"your count called torch {calls.count} times for ViT-B/16", VIT_BUILT)
         c.phase("int")
         c.ok(isinstance(raw, numbers.Integral), f"the count should be an int, got {type(raw).__name__} {raw!r}",
-             "use // to count the patches (or int(...)): / always gives a float")
+             VIT_FLOAT)
     c.tests = counted
 
 
@@ -477,3 +516,211 @@ RULES = {
         "int": "**Output:** an `int`",
     },
 }
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+class ViTParts(nn.Module):
+    """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative)."""
+
+    def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                 pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, stem_channels=None, stem_pool=True,
+                 drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None, mistake=None):
+        super().__init__()
+        self.stem, size, channels = ref.hybrid_stem(in_channels, stem_channels, ref.to_pair(image_size), stem_pool)
+        grid = size[0] // patch_size
+        self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
+        self.patch_embed = PatchEmbeddingConv(*((image_size, patch_size, in_channels) if mistake == "pe_image_size"
+                                                else (size, patch_size, channels)), dim)
+        if mistake != "no_grid":
+            self.grid_size = (grid, grid)
+        self.k = 1 if mistake == "cls_always" else self.k
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim) + (mistake == "cls_random")) if self.k else None
+        if pos_embed == "learned" and mistake == "buffer_pos":
+            self.register_buffer("pos_embed", torch.randn(1, grid * grid + self.k, dim) * 0.02)
+        elif pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + self.k, dim) * (
+                1.0 if mistake == "pos_std1" else 0.02))
+        else:
+            table = ref.sincos_position_embedding(grid, dim)
+            rows = 1 if mistake == "sincos_zero_always" else self.k  # a zero row even without a class token
+            zeros = torch.zeros(rows, dim)
+            table = [table, zeros] if mistake == "sincos_zero_last" else [zeros, table]
+            if mistake == "sincos_param":
+                self.pos_embed = nn.Parameter(torch.cat(table)[None])
+            else:
+                self.register_buffer("pos_embed", torch.cat(table)[None])
+        rate = {"rates_depth": lambda i: drop_path * i / depth, "rates_same": lambda i: drop_path,
+                "no_max": lambda i: drop_path * i / (depth - 1)}.get(
+            mistake, lambda i: drop_path * i / max(depth - 1, 1))
+        rates = [rate(i) for i in range(depth)]
+        drops = (attn_drop, drop) if mistake == "drops_swapped" else (drop, attn_drop)
+        if mistake == "options_ignored":  # qkv_bias and init_values not passed on
+            qkv_bias, init_values = True, None
+        self.blocks = nn.ModuleList(ref.EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, *drops, r, init_values)
+                                    for r in rates)
+        self.norm = nn.LayerNorm(dim) if mistake == "eps" else nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
+        self.mistake = mistake
+
+    def embed(self, images):
+        if self.mistake == "in_place":
+            images -= images.mean()
+        x = self.patch_embed(images if self.mistake == "no_stem" else self.stem(images))  # (b, N, D)
+        x = x.detach() if self.mistake == "embed_detached" else x
+        if self.mistake == "append":
+            return torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
+        x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
+        return x if self.mistake == "nopos" else x + self.pos_embed
+
+    def forward(self, images):
+        x = self.embed(images)  # (b, n, D)
+        for blk in self.blocks[:1] if self.mistake == "first_block" else self.blocks:
+            x = blk(x)
+        x = x if self.mistake == "nonorm" else self.norm(x)
+        pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
+        return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else pooled)
+
+
+def vit_with(mistake):
+    return type("ViT", (ViTParts,), {"__init__": lambda self, *a, **k: ViTParts.__init__(self, *a, **k,
+                                                                                          mistake=mistake)})
+
+
+class ViTRenamed(ViTParts):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.embedding = self.patch_embed
+        del self.patch_embed
+
+    def embed(self, images):
+        x = self.embedding(images)
+        return x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1) + \
+            self.pos_embed
+
+
+class ViTInlineEmbed(ViTParts):
+    """Everything in forward, no embed method."""
+
+    def __getattribute__(self, name):
+        if name == "embed":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def forward(self, images):
+        x = ViTParts.embed(self, images)
+        for blk in self.blocks[:1] if self.mistake == "first_block" else self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
+
+
+def given(image_size, in_channels, stem_channels):
+    """What the stub's given lines compute: the stem's parameters, then the channels and size patches are cut from."""
+    channels, (height, width), stem = in_channels, ref.to_pair(image_size), 0
+    for c_out in stem_channels or ():
+        stem += 9 * channels * c_out + 2 * c_out
+        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
+    return stem, channels, height, width
+
+
+def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=None, final_norm=True, patch_bias=True):
+    def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                         pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
+                         stem_channels=None, **_):
+        k = int(pool == "cls" if class_token is None else class_token) if cls_token else 0
+        stem, channels, height, width = given(image_size, in_channels, stem_channels)
+        stem = 0 if stem_slip == "no_stem" else stem
+        channels = in_channels if stem_slip == "in_channels" else channels
+        height, width = ref.to_pair(image_size) if stem_slip == "image_size" else (height, width)
+        hidden = int(dim * mlp_ratio)
+        n = (height // patch_size) ** 2 if stem_slip == "square" else (height // patch_size) * (width // patch_size)
+        block = (4 * dim * dim + 2 * dim * hidden + biases * (2 * dim + qkv_bias * 3 * dim + hidden) + norms * 4 * dim
+                 + 2 * dim * bool(init_values))
+        return (stem + patch_size ** 2 * channels * dim + biases * patch_bias * dim + k * dim
+                + (n + k) * dim * (pos_embed == "learned") + depth * block + norms * final_norm * 2 * dim
+                + dim * num_classes
+                + head_bias * num_classes)
+    return count_parameters
+
+
+def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
+                    pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
+                    stem_channels=None):
+    linear = lambda i, o, bias=True: i * o + o * bias  # noqa: E731
+    k = int(pool == "cls" if class_token is None else class_token)
+    stem, in_channels, height, width = given(image_size, in_channels, stem_channels)
+    hidden, n = int(dim * mlp_ratio), (height // patch_size) * (width // patch_size)
+    block = (2 * 2 * dim + linear(dim, 3 * dim, qkv_bias) + linear(dim, dim) + linear(dim, hidden)
+             + linear(hidden, dim) + (2 * dim if init_values else 0))
+    positions = (n + k) * dim if pos_embed == "learned" else 0
+    return stem + linear(patch_size ** 2 * in_channels, dim) + k * dim + positions + depth * block + 2 * dim + linear(
+        dim, num_classes)
+
+
+def count_float(**cfg):
+    return float(ref.count_parameters(**cfg))
+
+SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("renamed", "names", VIT_RENAMED, ViTRenamed),
+    ("no_grid", "attributes", VIT_NO_GRID, vit_with("no_grid")),
+    ("no_embed", "embed", VIT_NO_EMBED, ViTInlineEmbed),
+    ("appended", "embed", VIT_APPENDED, vit_with("append")),
+    ("no_norm", "output", VIT_NO_NORM, vit_with("nonorm")),
+    ("first_block", "output", VIT_FIRST_BLOCK, vit_with("first_block")),
+    ("no_stem", "embed", STEM_SKIPPED, vit_with("no_stem")),
+    ("pe_image_size", "names", VIT_PE_IMAGE_SIZE, vit_with("pe_image_size")),
+    ("torch_default", "eps", VIT_TORCH_DEFAULT, vit_with("eps")),
+    ("drops_swapped", "blocks", VIT_DROPS_SWAPPED, vit_with("drops_swapped")),
+    ("cls_random", "initial", VIT_CLS_RANDOM, vit_with("cls_random")),
+    ("parameter", "sincos", VIT_PARAMETER, vit_with("sincos_param")),
+    ("mean_all", "pool", VIT_MEAN_ALL, vit_with("mean_all")),
+    ("same", "drop_path", VIT_SAME, vit_with("rates_same")),
+    ("buffer_pos", "gradient", NOT_TRAINED,
+     vit_with("buffer_pos")),
+    ("embed_detached", "gradient", CUT_AT, vit_with("embed_detached")),
+    ("centred", "inputs", IN_PLACE, vit_with("in_place")),
+    ("no_position", "embed", VIT_NO_POSITION, vit_with("nopos")),
+    ("mean_head", "output", VIT_MEAN_HEAD, vit_with("mean")),
+    ("sincos_zero_last", "sincos", VIT_ZERO_ROW_FIRST, vit_with("sincos_zero_last")),
+    ("sincos_zero_always", "sincos", VIT_NO_ZERO_ROW, vit_with("sincos_zero_always")),
+    ("options_ignored", "names", VIT_QKV_BIAS, vit_with("options_ignored")),
+    ("cls_always", "sincos", VIT_NO_ZERO_ROW, vit_with("cls_always")),
+    ("rates_by_depth", "drop_path", VIT_RATES_BY_DEPTH, vit_with("rates_depth")),
+    ("no_max", "output", known("division by zero"), vit_with("no_max")),
+    ("pos_std1", "initial", VIT_POS_STD, vit_with("pos_std1")),
+]]
+SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("no_cls", "output", CLS_AND_ROW,
+     count(cls_token=False)),
+    ("float", "int", VIT_FLOAT, count_float),
+    ("built", "formula", VIT_BUILT, lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters())),
+    ("no_stem", "output", VIT_NO_STEM, count(stem_slip="no_stem")),
+    ("in_channels_after_stem", "output", VIT_IN_CHANNELS_AFTER_STEM, count(stem_slip="in_channels")),
+    ("image_size_after_stem", "output", VIT_IMAGE_SIZE_AFTER_STEM, count(stem_slip="image_size")),
+    ("square_n", "output", VIT_SQUARE_N, count(stem_slip="square")),
+    ("no_biases", "output", COUNT_NO_BIASES, count(biases=False)),
+    ("no_norms", "output", COUNT_NO_NORMS, count(norms=False)),
+    ("no_head_bias", "output", COUNT_NO_HEAD_BIAS, count(head_bias=False)),
+    ("nan", "output", NAN, lambda **cfg: float("nan")),
+    ("final_norm", "output", FINAL_NORM, count(final_norm=False)),
+    ("patch_bias", "output", PATCH_BIAS, count(patch_bias=False)),
+    ("tensor", "output", PLAIN_NUMBER, lambda **cfg: torch.tensor(5)),
+    ("sincos_counted", "output", COUNT_SINCOS,
+     lambda **cfg: count()(**{**cfg, "pos_embed": "learned"})),
+    ("mean_cls", "output", COUNT_MEAN_CLS,
+     lambda **cfg: count()(**{**cfg, "class_token": True})),
+    ("class_token_mean", "output", CLASS_TOKEN_MEAN,
+     lambda **cfg: count()(**{**cfg, "class_token": None})),
+    ("qkv_bias", "output", COUNT_QKV_BIAS,
+     lambda **cfg: count()(**{**cfg, "qkv_bias": True})),
+    ("layerscale", "output", COUNT_LAYERSCALE,
+     lambda **cfg: count()(**{**cfg, "init_values": None})),
+]]
+
+
+VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
+    ("ViT", "reference_vit", ref.ViT),
+    ("ViT", "vitparts", ViTParts),
+    ("count_parameters", "reference_count_parameters", ref.count_parameters),
+    ("count_parameters", "count", count()),
+    ("count_parameters", "count_by_layers", count_by_layers),
+]]

@@ -311,7 +311,7 @@ def evaluate(c, fn):
         c.ok(len(calls) == len(sizes), f"the model ran {len(calls)} times for {len(sizes)} batches",
              GENERATOR if one_pass else "one forward pass per batch")
         c.phase("eval-mode")
-        c.ok(not any(mode for mode, _ in calls), "the model ran in training mode", SLIPS_OF["no_eval"].hint)
+        c.ok(not any(mode for mode, _ in calls), "the model ran in training mode", SLIPS_OF["no_eval"])
         c.phase("no-grad")
         c.ok(not any(grad for _, grad in calls), "gradients were tracked during evaluation", NO_GRAD)
         c.ok(not frozen, "after evaluate the model's parameters no longer require gradients", FROZEN)
@@ -323,7 +323,7 @@ def evaluate(c, fn):
         modes = ("training" if training else "eval", "training" if after else "eval")
         c.ok(after == training, f"the model came in {modes[0]} mode and evaluate left it in {modes[1]} mode",
              RESTORE)
-    c.raises(fn, Probe(), [], why="no batches at all", hint=SLIPS_OF["zero_division"].hint, rule="error")
+    c.raises(fn, Probe(), [], why="no batches at all", hint=SLIPS_OF["zero_division"], rule="error")
 
 
 # ---- the catalogue of warmup_cosine: the rate of each slip at one step

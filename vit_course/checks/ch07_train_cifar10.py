@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from .. import batches, vit
 from .core import IN_PLACE, Slip, Variant, check
-from .gradients import CUT, gradient_flow
+from .gradients import CUT, CUT_AT, gradient_flow
 from .probes import TorchCalls
 
 RULES = {
@@ -51,7 +51,9 @@ def _window(images, padding, dy, dx, flipped, knob=None):
         rows = dy[:, None] + (span[0].flip(0) if knob == "upside" else span[0]).expand(b, h)  # (b, H)
         rows = torch.where(flipped[:, None], rows, dy[:, None] + span[0]) if knob == "upside" else rows
         cols = dx[:, None] + torch.where(flipped[:, None] & (knob != "upside"), span[1].flip(0), span[1])  # (b, W)
-    index = (rows[:, :, None] * width + cols[:, None, :]).clamp(max=source[0, 0].numel() - 1)  # (b, H, W)
+    index = rows[:, :, None] * width + cols[:, None, :]  # (b, H, W)
+    index = (index.transpose(1, 2).reshape(b, h, w) if knob == "transposed" else index).clamp(
+        max=source[0, 0].numel() - 1)
     out = source.flatten(2).gather(2, index.flatten(1)[:, None].expand(b, ch, h * w))  # (b, C, H*W)
     return out.view(b, ch, h, w)
 
@@ -96,6 +98,8 @@ WINDOWS = [  # (knob, hint): the wrong windows
     ("reflect", "the padding is not zeros: pad with zeros (F.pad's default), so shifted-in pixels are black"),
     ("value", "the padding is not zeros: pad with zeros (F.pad's default), so shifted-in pixels are black"),
     ("roll", "the image wraps around (torch.roll?): pad with zeros, then crop"),
+    ("transposed", "the index grid is transposed (columns first): build it rows first, (b, H, W), rows[:, :, None] "
+                   "* (W + 2 * padding) + cols[:, None, :], then flatten it"),
     ("flat_w", "the flat index uses the unpadded width: a padded row holds W + 2p pixels, index = row * (W + 2 * "
                "padding) + column"),
 ]
@@ -190,7 +194,7 @@ def random_crop_flip(c, fn):
         found = _match(out, images, padding)
         lost = (found[:, 0] < 0).nonzero().flatten()
         if len(lost):
-            hint = next((s.hint for s in SLIPS if getattr(s.impl, "knob", None) and (
+            hint = next((s for s in SLIPS if getattr(s.impl, "knob", None) and (
                 _match(out, images, padding, s.impl.knob)[:, 0] >= 0)[lost].all()), None)
             c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
                    f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})",
@@ -238,6 +242,13 @@ POOL = [  # (name, rule, hint, wrong pool_tokens)
 SLIPS += [Slip("pool_tokens", name, "output", hint, impl) for name, hint, impl in POOL]
 
 
+def _pool_mean_by(mean):
+    """pool_tokens that averages with a helper of the learner's, ``mean`` (the check reads the helper's lines too)."""
+    def pool_tokens(x, pool="cls", num_prefix_tokens=1):
+        return vit.pool_tokens(x, pool, num_prefix_tokens) if pool == "cls" else mean(x[:, num_prefix_tokens:])
+    return pool_tokens
+
+
 def _pool_unchecked(x, pool="cls", num_prefix_tokens=1):
     return x[:, 0] if pool == "cls" else x[:, num_prefix_tokens:].mean(1)
 
@@ -260,10 +271,11 @@ SLIPS += [Slip("pool_tokens", "no_cls_check", "error", "raise a ValueError when 
                "num_prefix_tokens < 1", _pool_unchecked),
           Slip("pool_tokens", "detached", "gradient", CUT, lambda x, pool="cls", k=1: vit.pool_tokens(
               x.detach(), pool, k)),
+          Slip("pool_tokens", "detached_mean", "gradient", CUT_AT, _pool_mean_by(lambda t: t.detach().mean(1))),
           Slip("pool_tokens", "no_pool_check", "error", "end with `raise ValueError(...)` naming the pool you got",
                lambda x, pool="cls", k=1: vit.pool_tokens(x, "mean" if pool == "max" else pool, k)),
           Slip("pool_tokens", "centred", "inputs", IN_PLACE, _pool_in_place)]
-HINT = {s.name: s.hint for s in SLIPS}
+HINT = {s.name: s for s in SLIPS}  # the slips the check names directly
 assert len(HINT) == len(SLIPS), "each slip of the record has its own name"
 
 

@@ -6,8 +6,41 @@ import torch
 
 from .. import interpret as ref
 from .. import patches
-from .core import check
+from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_naming, works_on
+
+MAPS_PATCHES = "the distance is in patches, not pixels: multiply the patch-centre coordinates by patch_size"
+MAPS_NO_RENORM = ("the weights on the patches are used as they are: once the class token's column is dropped a row no "
+                  "longer sums to 1, so divide each query's patch weights by their sum")
+MAPS_RENORM_WRONG_AXIS = ("the weights are renormalised over the wrong axis: divide each query's (row's) patch "
+                          "weights by their own sum, a.sum(dim=-1, keepdim=True)")
+MAPS_SQUARED = "these are squared distances: take the square root, the straight-line distance (torch.cdist gives it)"
+MAPS_MANHATTAN = "this is the city-block distance: use the straight-line (Euclidean) distance"
+MAPS_COLUMN_MAJOR = "rows and columns of the grid are swapped: patch i sits at row i // gw, column i % gw"
+MAPS_PATCH_SWAPPED = ("the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels apart, "
+                      "columns Pw")
+MAPS_KEEP_CLASS_TOKEN = ("the class token's row and column are kept: slice the weights to the patches, attention[:, "
+                         ":, k:, k:], with k = num_prefix(n, grid_size)")
+MAPS_PER_IMAGE = "average over the batch too: the result is (h,)"
+MAPS_NO_VALIDATION = "call the given check_attention(attention) and num_prefix(n, grid_size) first"
+MAPS_NO_IDENTITY = "the identity (the residual path) is not added: A + I, then renormalise the rows"
+MAPS_NO_RENORM = "the rows are not renormalised after adding the identity: divide each row by its sum"
+MAPS_WRONG_AXIS = ("the rows are renormalised over the wrong axis: divide each row by its own sum, a.sum(dim=-1, "
+                   "keepdim=True)")
+MAPS_FIRST_LEFT = "the layers are multiplied in the wrong order: the last layer goes on the left, R = A_L ... A_1"
+MAPS_MAX = "the heads are combined with max: average them, mean over dim 1"
+MAPS_SUM = "the heads are summed: average them, mean over dim 1"
+MAPS_HEAD_0 = "only head 0 is used: average the heads of each layer, a.mean(dim=1)"
+MAPS_IDENTITY_AT_THE_END = ("the identity is added once, after the product: add it to every layer, A_l + I, "
+                            "renormalise, then multiply")
+MAPS_NO_MEAN = "average over the heads: the rollout is (b, n, n)"
+MAPS_SKIP_FIRST = "the first layer is left out: multiply through every layer, starting with attentions[0]"
+MAPS_LAST_ONLY = "only the last layer is used: multiply through every layer"
+MAPS_KEEP_DTYPE = "convert each layer with .float() first: products of many layers lose precision in float16"
+MAPS_NO_EMPTY_CHECK = ("validate the input: an empty list, weights that are not (b, h, n, n) (call "
+                       'check_attention(attention, f"attentions[{i}]")) and layers of different n each raise a '
+                       "ValueError")
+
 
 
 def _attention(g, b, h, n):
@@ -36,37 +69,34 @@ def attention_rollout(c, fn):
         got = c.call(fn, attentions)
         expected = ref.attention_rollout(attentions)
         c.close(got, expected, f"rollout of {layers} layers of {b}x{h}x{n}x{n} weights", [
-            ("the identity (the residual path) is not added: A + I, then renormalise the rows",
+            (MAPS_NO_IDENTITY,
              lambda: _rollout(attentions, identity=False)),
-            ("the rows are not renormalised after adding the identity: divide each row by its sum",
+            (MAPS_NO_RENORM,
              lambda: _rollout(attentions, renorm=False)),
-            ("the layers are multiplied in the wrong order: the last layer goes on the left, R = A_L ... A_1",
+            (MAPS_FIRST_LEFT,
              lambda: _rollout(attentions, order="first-left")),
-            ("the heads are combined with max: average them, mean over dim 1", lambda: _rollout(attentions, "max")),
-            ("the heads are summed: average them, mean over dim 1", lambda: _rollout(attentions, "sum")),
-            ("only head 0 is used: average the heads of each layer, a.mean(dim=1)",
+            (MAPS_MAX, lambda: _rollout(attentions, "max")),
+            (MAPS_SUM, lambda: _rollout(attentions, "sum")),
+            (MAPS_HEAD_0,
              lambda: _rollout(attentions, "first")),
-            ("the identity is added once, after the product: add it to every layer, A_l + I, renormalise, then "
-             "multiply", lambda: _rollout(attentions, identity="end")),
-            ("only the last layer is used: multiply through every layer", lambda: _rollout(attentions[-1:])),
-            ("the first layer is left out: multiply through every layer, starting with attentions[0]",
+            (MAPS_IDENTITY_AT_THE_END, lambda: _rollout(attentions, identity="end")),
+            (MAPS_LAST_ONLY, lambda: _rollout(attentions[-1:])),
+            (MAPS_SKIP_FIRST,
              lambda: _rollout(attentions[1:])),
-            ("the rows are renormalised over the wrong axis: divide each row by its own sum, "
-             "a.sum(dim=-1, keepdim=True)", lambda: _rollout(attentions, axis=-2)),
-        ], shape_hints=[((b, h, n, n), "average over the heads: the rollout is (b, n, n)")])
+            (MAPS_WRONG_AXIS, lambda: _rollout(attentions, axis=-2)),
+        ], shape_hints=[((b, h, n, n), MAPS_NO_MEAN)])
     half = [_attention(g, 2, 2, 4).half() for _ in range(2)]
     got = c.call(fn, half)
     if torch.is_tensor(got) and got.dtype != torch.float32:
         c.fail(f"float16 weights gave a {got.dtype} rollout, expected float32",
-               "convert each layer with .float() first: products of many layers lose precision in float16")
+               MAPS_KEEP_DTYPE)
     c.close(got, ref.attention_rollout(half), "rollout of float16 weights", atol=1e-3)
     _rollout_errors(c, fn, g)
 
 
 def _rollout_errors(c, fn, g):
-    hint = ("validate the input: an empty list, weights that are not (b, h, n, n) (call check_attention(attention, "
-            "f\"attentions[{i}]\")) and layers of different n each raise a ValueError")
-    c.raises(fn, [], why="an empty list of layers", hint=hint)
+    hint = MAPS_NO_EMPTY_CHECK
+    c.raises(fn, [], why="an empty list of layers", hint=hint, rule="error")
     c.raises(fn, [_attention(g, 2, 3, 4).mean(1)], why="weights of shape (2, 4, 4), without a head axis", hint=hint)
     c.raises(fn, [_attention(g, 2, 3, 4), _attention(g, 2, 3, 5)], why="layers with 4 and 5 tokens", hint=hint)
 
@@ -91,16 +121,14 @@ def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=Fal
 
 
 DISTANCE_HINTS = (
-    ("the distance is in patches, not pixels: multiply the patch-centre coordinates by patch_size", dict(pixels=False)),
-    ("the weights on the patches are used as they are: once the class token's column is dropped a row no longer "
-     "sums to 1, so divide each query's patch weights by their sum", dict(renorm=False)),
-    ("rows and columns of the grid are swapped: patch i sits at row i // gw, column i % gw", dict(swap=True)),
-    ("this is the city-block distance: use the straight-line (Euclidean) distance", dict(metric="manhattan")),
-    ("these are squared distances: take the square root, the straight-line distance (torch.cdist gives it)",
+    (MAPS_PATCHES, dict(pixels=False)),
+    (MAPS_NO_RENORM, dict(renorm=False)),
+    (MAPS_COLUMN_MAJOR, dict(swap=True)),
+    (MAPS_MANHATTAN, dict(metric="manhattan")),
+    (MAPS_SQUARED,
      dict(metric="squared")),
-    ("the weights are renormalised over the wrong axis: divide each query's (row's) patch weights by their own sum, "
-     "a.sum(dim=-1, keepdim=True)", dict(axis=-2)),
-    ("the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
+    (MAPS_RENORM_WRONG_AXIS, dict(axis=-2)),
+    (MAPS_PATCH_SWAPPED,
      dict(swap="patch")),
     ("only the patch's height is used: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
      dict(swap="first")),
@@ -121,14 +149,198 @@ def mean_attention_distance(c, fn):
         attention = _attention(g, b, h, n)
         grid_arg = grid[0] if grid[0] == grid[1] else grid
         got = call_naming(c, fn, attention, grid_arg, patch, cause=lambda: prefix and works_on(
-            fn, attention[:, :, prefix:, prefix:], grid_arg, patch) and "the class token's row and column are kept: "
-            "slice the weights to the patches, attention[:, :, k:, k:], with k = num_prefix(n, grid_size)" or None)
+            fn, attention[:, :, prefix:, prefix:], grid_arg, patch) and MAPS_KEEP_CLASS_TOKEN or None)
         c.close(got, ref.mean_attention_distance(attention, grid_arg, patch), f"mean attention distance of "
                 f"{b}x{h}x{n}x{n} weights on a {grid[0]}x{grid[1]} grid of {patch}-pixel patches",
                 [(hint, lambda kw=kw: _distance(attention, grid, patch, prefix, **kw)) for hint, kw in DISTANCE_HINTS],
                 atol=1e-4, shape_hints=[((), "return one distance per head, (h,): average over batch and queries "
-                                             "only"), ((b, h), "average over the batch too: the result is (h,)")])
-    hint = "call the given check_attention(attention) and num_prefix(n, grid_size) first"
+                                             "only"), ((b, h), MAPS_PER_IMAGE)])
+    hint = MAPS_NO_VALIDATION
     c.raises(fn, _attention(g, 2, 3, 5).mean(1), 2, 4, why="weights of shape (2, 5, 5), without a head axis",
-             hint=hint)
+             rule="error", hint=hint)
     c.raises(fn, _attention(g, 2, 3, 5), 3, 4, why="5 tokens cannot hold a 3x3 grid of patches", hint=hint)
+
+
+# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
+# and the words that state it in the exercise's statement
+RULES = {
+    "mean_attention_distance": {
+        "output": "$(h,)$, the mean attention distance of each head in pixels",
+        "error": "`ValueError` when `attention` isn't $(b, h, n, n)$",
+    },
+    "attention_rollout": {
+        "output": "$R$, a float32 tensor $(b, n, n)$ whose rows sum to 1",
+        "error": "`ValueError` for an empty list",
+    },
+}
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+
+
+def distance(slip=None):
+    """mean_attention_distance as a learner might write it, with one slip switched on."""
+    def mean_attention_distance(attention, grid_size, patch_size):
+        gh, gw = ref.to_pair(grid_size)
+        ph, pw = ref.to_pair(patch_size)
+        if slip != "no validation":
+            ref.check_attention(attention)
+        if slip == "in place":  # "renormalise the rows first", in the caller's tensor
+            attention = attention.mul_(2) / 2
+        k = attention.shape[-1] - gh * gw if slip in ("no validation", "no grid check") else ref.num_prefix(
+            attention.shape[-1], (gh, gw))
+        k = 0 if slip == "keep class token" else k
+        a = attention[:, :, k:, k:]
+        if slip != "no renorm":
+            a = a / a.sum(-2 if slip == "renorm wrong axis" else -1, keepdim=True)
+        rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+        if slip == "column major":  # patch i put at row i % gh, column i // gh
+            rows, cols = torch.arange(gh * gw) % gh, torch.arange(gh * gw) // gh
+        ph, pw = (pw, ph) if slip == "patch swapped" else (ph, pw)
+        ph, pw = (1, 1) if slip == "patches" else (ph, pw)
+        centres = torch.stack([(rows.flatten() + 0.5) * ph, (cols.flatten() + 0.5) * pw], -1).float()  # (N, 2)
+        diff = centres[:, None] - centres[None]  # (N, N, 2)
+        d = {"manhattan": diff.abs().sum(-1), "squared": (diff ** 2).sum(-1)}.get(slip, diff.norm(dim=-1))
+        per_query = (a * d).sum(-1)  # (b, h, N)
+        return per_query.mean(2) if slip == "per image" else per_query.mean((0, 2))
+    return mean_attention_distance
+
+
+def distance_by_loops(attention, grid_size, patch_size):
+    """Written from the statement alone: loops over query and key patches, centres from patch_centres."""
+    ref.check_attention(attention)
+    k = ref.num_prefix(attention.shape[-1], grid_size)
+    centres = ref.patch_centres(grid_size, patch_size)  # (N, 2)
+    n = len(centres)
+    total = torch.zeros(attention.shape[1])
+    for i in range(n):
+        weights = attention[:, :, k + i, k:]  # (b, h, N): query i's weights on the patches
+        weights = weights / weights.sum(-1, keepdim=True)
+        d = torch.stack([torch.dist(centres[i], centres[j]) for j in range(n)])  # (N,)
+        total += (weights * d).sum(-1).mean(0)  # (h,)
+    return total / n
+
+
+SLIPS = [Slip("mean_attention_distance", name, rule, hint, impl) for name, rule, hint, impl in [
+
+    ("patches", "output", MAPS_PATCHES, distance("patches")),
+
+    ("no_renorm", "output", MAPS_NO_RENORM, distance("no renorm")),
+
+    ("renorm_wrong_axis", "output", MAPS_RENORM_WRONG_AXIS, distance("renorm wrong axis")),
+
+    ("squared", "output", MAPS_SQUARED, distance("squared")),
+
+    ("manhattan", "output", MAPS_MANHATTAN, distance("manhattan")),
+
+    ("column_major", "output", MAPS_COLUMN_MAJOR, distance("column major")),
+
+    ("patch_swapped", "output", MAPS_PATCH_SWAPPED, distance("patch swapped")),
+
+    ("keep_class_token", "output", MAPS_KEEP_CLASS_TOKEN, distance("keep class token")),
+
+    ("per_image", "output", MAPS_PER_IMAGE, distance("per image")),
+
+    ("no_validation", "error", MAPS_NO_VALIDATION, distance("no validation")),
+
+    ("in_place", "inputs", IN_PLACE, distance("in place")),
+    ("no_grid_check", "error", MAPS_NO_VALIDATION, distance("no grid check")),
+
+]]
+
+VARIANTS = [Variant("mean_attention_distance", name, impl) for name, impl in [
+
+    ("reference_mean_attention_distance", ref.mean_attention_distance),
+
+    ("distance", distance()),
+
+    ("distance_by_loops", distance_by_loops),
+
+]]
+
+
+def rollout(slip=None):
+    """attention_rollout as a learner might write it, with one slip switched on."""
+    def attention_rollout(attentions):
+        if slip != "no empty check" and len(attentions) == 0:
+            raise ValueError("no layers")
+        for i, a in enumerate(attentions):
+            if slip != "no shape check":
+                ref.check_attention(a, f"attentions[{i}]")
+            if slip != "no size check" and a.shape[-1] != attentions[0].shape[-1]:
+                raise ValueError(f"attentions[{i}] has {a.shape[-1]} tokens, attentions[0] {attentions[0].shape[-1]}")
+        dtype = attentions[0].dtype if slip == "keep dtype" else torch.float32
+        layers = attentions[1:] if slip == "skip first" else attentions
+        result = torch.eye(attentions[0].shape[-1], dtype=dtype)
+        for a in layers:
+            a = a.mul_(2).to(dtype) / 2 if slip == "in place" else a.to(dtype)  # in the caller's tensors
+            a = {"max": a.amax(1), "sum": a.sum(1), "no mean": a, "head 0": a[:, 0]}.get(slip, a.mean(1))
+            a = a if slip in ("no identity", "identity at the end") else a + torch.eye(a.shape[-1], dtype=dtype)
+            if slip not in ("no renorm", "identity at the end"):
+                a = a / a.sum(-2 if slip == "wrong axis" else -1, keepdim=True)
+            result = result @ a if slip == "first left" else a @ result
+        if slip == "identity at the end":
+            result = result + torch.eye(result.shape[-1], dtype=dtype)
+            result = result / result.sum(-1, keepdim=True)
+        return result
+    return attention_rollout
+
+
+def rollout_halves(attentions):
+    """Written from the statement alone: (mean + I) / 2 (rows of the mean already sum to 1), einsum products."""
+    if not attentions:
+        raise ValueError("attention_rollout needs at least one layer")
+    n = attentions[0].shape[-1]
+    result = None
+    for i, a in enumerate(attentions):
+        if a.ndim != 4 or a.shape[-2:] != (n, n):
+            raise ValueError(f"attentions[{i}] has shape {tuple(a.shape)}, expected (b, h, {n}, {n})")
+        a = 0.5 * a.float().mean(1) + 0.5 * torch.eye(n)  # (b, n, n)
+        result = a if result is None else torch.einsum("bij,bjk->bik", a, result)
+    return result
+
+
+SLIPS += [Slip("attention_rollout", name, rule, hint, impl) for name, rule, hint, impl in [
+
+    ("no_identity", "output", MAPS_NO_IDENTITY, rollout("no identity")),
+
+    ("no_renorm", "output", MAPS_NO_RENORM, rollout("no renorm")),
+
+    ("wrong_axis", "output", MAPS_WRONG_AXIS, rollout("wrong axis")),
+
+    ("first_left", "output", MAPS_FIRST_LEFT, rollout("first left")),
+
+    ("max", "output", MAPS_MAX, rollout("max")),
+
+    ("sum", "output", MAPS_SUM, rollout("sum")),
+
+    ("head_0", "output", MAPS_HEAD_0, rollout("head 0")),
+
+    ("identity_at_the_end", "output", MAPS_IDENTITY_AT_THE_END, rollout("identity at the end")),
+
+    ("no_mean", "output", MAPS_NO_MEAN, rollout("no mean")),
+
+    ("skip_first", "output", MAPS_SKIP_FIRST, rollout("skip first")),
+
+    ("last_only", "output", MAPS_LAST_ONLY, lambda attentions: rollout()(attentions[-1:])),
+
+    ("keep_dtype", "output", MAPS_KEEP_DTYPE, rollout("keep dtype")),
+
+    ("no_empty_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no empty check")),
+
+    ("no_shape_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no shape check")),
+
+    ("in_place", "inputs", IN_PLACE, rollout("in place")),
+    ("no_size_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no size check")),
+
+]]
+
+VARIANTS += [Variant("attention_rollout", name, impl) for name, impl in [
+
+    ("reference_attention_rollout", ref.attention_rollout),
+
+    ("rollout", rollout()),
+
+    ("rollout_halves", rollout_halves),
+
+]]

@@ -8,7 +8,34 @@ import torch
 from einops import rearrange
 
 from .. import faithfulness as ref
-from .core import check
+from .. import patches
+from .core import IN_PLACE, Slip, Variant, check
+
+DELETE_LOWEST = "you deleted the patches ranked lowest: delete the highest-ranked ones (topk, largest=True)"
+DELETE_COLUMN_ORDER = ("the patch numbers were read column by column: patches are numbered row by row from the "
+                       "top-left, as patchify numbers them ('b (h w)')")
+DELETE_GRID_PIXEL = ("the patch numbers were used as pixel positions: each deleted patch is a P x P square of pixels, "
+                     "so scale the (gh, gw) mask up by P on both axes")
+DELETE_FLAT_PIXEL = ("the patch numbers were used as pixel positions: patch i is the P x P square at row i // gw, "
+                     "column i % gw of the grid, pixels [r*P:(r+1)*P, c*P:(c+1)*P]")
+DELETE_CORNER_PIXEL = ("only one pixel of each patch was deleted: a patch is P x P pixels, rows r*P to (r+1)*P - 1 "
+                       "and columns c*P to (c+1)*P - 1")
+DELETE_GRID_SQUARE = ("the patch's grid row and column were used as its pixel position: patch (r, c) covers pixels "
+                      "[r*P:(r+1)*P, c*P:(c+1)*P]")
+DELETE_FIRST_CHANNEL = ("only the first channel was zeroed: a deleted patch is zero in every channel (a (b, 1, H, W) "
+                        "mask broadcasts over them)")
+DELETE_PERCENT = "fraction is a fraction of the patches (0.5 = half of them), not a percentage"
+DELETE_IMAGE_0 = "image 0's ranking was used for every image: each image has its own row of `ranking`"
+DELETE_INT = "round(fraction * N) patches are deleted, not int(fraction * N): int() rounds down"
+DELETE_CEIL = "round(fraction * N) patches are deleted, not math.ceil(fraction * N): math.ceil rounds up"
+DELETE_BATCH_WIDE = ("the highest-ranked patches of the whole batch were deleted: rank each image's patches on their "
+                     "own (topk over dim=1)")
+DELETE_SAME_TENSOR = ("return a new tensor, e.g. images * mask (or images.clone() before changing it): a caller who "
+                      "changes the result must not change the input")
+DELETE_FILL = "a deleted patch is zero in the normalised input (the dataset's mean colour), not another value"
+DELETE_NO_RANKING_CHECK = "compare ranking.shape with (batch, number of patches) and raise a ValueError"
+DELETE_NO_FRACTION_CHECK = "check 0 <= fraction <= 1 and raise a ValueError"
+
 
 
 def _deleted(images, ranking, fraction, patch_size, lowest=False, order="h w", count=round, batch_wide=False,
@@ -59,41 +86,146 @@ def delete_patches(c, fn):
         n = (size[0] // p) * (size[1] // p)
         ranking = torch.randn(b, n, generator=g)
         got = c.call(fn, images, ranking, fraction, p)
-        c.ok(got is not images, "your function returned `images` itself", "return a new tensor, e.g. images * mask "
-             "(or images.clone() before changing it): a caller who changes the result must not change the input")
+        c.ok(got is not images, "your function returned `images` itself", DELETE_SAME_TENSOR)
         expected = ref.delete_patches(images, ranking, fraction, p)
         c.close(got, expected, f"images after deleting {fraction:.0%} of {n} patches of {p}x{p} in {size}", [
-            ("you deleted the patches ranked lowest: delete the highest-ranked ones (topk, largest=True)",
+            (DELETE_LOWEST,
              lambda: _deleted(images, ranking, fraction, p, lowest=True)),
-            ("the patch numbers were read column by column: patches are numbered row by row from the top-left, "
-             "as patchify numbers them ('b (h w)')", lambda: _deleted(images, ranking, fraction, p, order="w h")),
-            ("the patch numbers were used as pixel positions: each deleted patch is a P x P square of pixels, so "
-             "scale the (gh, gw) mask up by P on both axes", lambda: _pixels(images, ranking, fraction, p)),
-            ("the patch numbers were used as pixel positions: patch i is the P x P square at row i // gw, column "
-             "i % gw of the grid, pixels [r*P:(r+1)*P, c*P:(c+1)*P]", lambda: _pixels(images, ranking, fraction, p,
+            (DELETE_COLUMN_ORDER, lambda: _deleted(images, ranking, fraction, p, order="w h")),
+            (DELETE_GRID_PIXEL, lambda: _pixels(images, ranking, fraction, p)),
+            (DELETE_FLAT_PIXEL, lambda: _pixels(images, ranking, fraction, p,
                                                                                    "flat")),
-            ("only one pixel of each patch was deleted: a patch is P x P pixels, rows r*P to (r+1)*P - 1 and "
-             "columns c*P to (c+1)*P - 1", lambda: _pixels(images, ranking, fraction, p, "corner")),
-            ("the patch's grid row and column were used as its pixel position: patch (r, c) covers pixels "
-             "[r*P:(r+1)*P, c*P:(c+1)*P]", lambda: _pixels(images, ranking, fraction, p, "square")),
-            ("only the first channel was zeroed: a deleted patch is zero in every channel (a (b, 1, H, W) mask "
-             "broadcasts over them)", lambda: _deleted(images, ranking, fraction, p, first_channel=True)),
-            ("fraction is a fraction of the patches (0.5 = half of them), not a percentage",
+            (DELETE_CORNER_PIXEL, lambda: _pixels(images, ranking, fraction, p, "corner")),
+            (DELETE_GRID_SQUARE, lambda: _pixels(images, ranking, fraction, p, "square")),
+            (DELETE_FIRST_CHANNEL, lambda: _deleted(images, ranking, fraction, p, first_channel=True)),
+            (DELETE_PERCENT,
              lambda: _deleted(images, ranking, fraction, p, count=lambda v: round(v / 100))),
-            ("image 0's ranking was used for every image: each image has its own row of `ranking`",
+            (DELETE_IMAGE_0,
              lambda: _deleted(images, ranking, fraction, p, shared=True)),
-            ("round(fraction * N) patches are deleted, not int(fraction * N): int() rounds down",
+            (DELETE_INT,
              lambda: _deleted(images, ranking, fraction, p, count=int)),
-            ("round(fraction * N) patches are deleted, not math.ceil(fraction * N): math.ceil rounds up",
+            (DELETE_CEIL,
              lambda: _deleted(images, ranking, fraction, p, count=math.ceil)),
-            ("the highest-ranked patches of the whole batch were deleted: rank each image's patches on their own "
-             "(topk over dim=1)", lambda: _deleted(images, ranking, fraction, p, batch_wide=True)),
-            ("a deleted patch is zero in the normalised input (the dataset's mean colour), not another value",
+            (DELETE_BATCH_WIDE, lambda: _deleted(images, ranking, fraction, p, batch_wide=True)),
+            (DELETE_FILL,
              lambda: torch.where(expected == 0, got[expected == 0].flatten()[0], images)),
         ], shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
     images = torch.randn(2, 3, 8, 8, generator=g)
-    c.raises(fn, images, torch.randn(2, 3, generator=g), 0.5, 4,
+    c.raises(fn, images, torch.randn(2, 3, generator=g), 0.5, 4, rule="error",
              why="a ranking of 3 patches for images of 4 patches of 4x4",
-             hint="compare ranking.shape with (batch, number of patches) and raise a ValueError")
+             hint=DELETE_NO_RANKING_CHECK)
     c.raises(fn, images, torch.randn(2, 4, generator=g), 1.5, 4, why="fraction=1.5 is not in [0, 1]",
-             hint="check 0 <= fraction <= 1 and raise a ValueError")
+             hint=DELETE_NO_FRACTION_CHECK)
+
+
+# the exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule) and the
+# words that state it in the exercise's statement
+RULES = {
+    "delete_patches": {
+        "output": "the `round(fraction * N)` patches with the highest scores are zero",
+        "error": "`ValueError` when `ranking` isn't $(b, N)$ for these images, or `fraction` is outside $[0, 1]$",
+    },
+}
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+def deleting(slip=None):
+    """delete_patches as a learner might write it, with one slip switched on."""
+    def delete_patches(images, ranking, fraction, patch_size):
+        b, _, h, w = images.shape
+        gh, gw = h // patch_size, w // patch_size
+        if slip != "no ranking check" and ranking.shape != (b, gh * gw):
+            raise ValueError(f"ranking {tuple(ranking.shape)} is not (batch, patches) = {(b, gh * gw)}")
+        if slip != "no fraction check" and not 0 <= fraction <= 1:
+            raise ValueError(f"fraction {fraction} is not in [0, 1]")
+        if slip == "same tensor" and fraction == 0:
+            return images
+        k = {"int": int, "ceil": math.ceil}.get(slip, round)(fraction * gh * gw / (100 if slip == "percent" else 1))
+        ranking = ranking[:1].expand(b, -1) if slip == "image 0" else ranking
+        out = images if slip == "in place" else images.clone()
+        if slip == "batch wide":
+            top = ranking.flatten().topk(k * b).indices
+            pairs = [(int(i) // (gh * gw), int(i) % (gh * gw)) for i in top]
+        else:
+            top = ranking.topk(k, dim=1, largest=slip != "lowest").indices  # (b, k)
+            pairs = [(i, int(p)) for i in range(b) for p in top[i]]
+        fill = -1.0 if slip == "fill" else 0.0
+        for i, p in pairs:
+            r, c = (p % gh, p // gh) if slip == "column order" else divmod(p, gw)
+            if slip == "grid pixel":
+                out[i, :, r, c] = fill
+            elif slip == "flat pixel":
+                out[i, :, p // w, p % w] = fill
+            elif slip == "corner pixel":
+                out[i, :, r * patch_size, c * patch_size] = fill
+            elif slip == "grid square":
+                out[i, :, r:r + patch_size, c:c + patch_size] = fill
+            elif slip == "first channel":
+                out[i, :1, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
+            else:
+                out[i, :, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
+        return out
+    return delete_patches
+
+
+def deleting_with_patchify(images, ranking, fraction, patch_size):
+    """Written from the statement alone: patchify, zero the top rows with a boolean index, unpatchify."""
+    if ranking.shape != (images.shape[0], (images.shape[2] // patch_size) * (images.shape[3] // patch_size)):
+        raise ValueError("ranking must be (b, N)")
+    if fraction < 0 or fraction > 1:
+        raise ValueError("fraction must be in [0, 1]")
+    rows = ref.patchify(images, patch_size)  # (b, N, P*P*C), a new tensor
+    top = ranking.argsort(dim=1, descending=True)[:, :round(fraction * ranking.shape[1])]  # (b, count)
+    rows[torch.arange(len(images))[:, None], top] = 0.0
+    return patches.unpatchify(rows, patch_size, tuple(images.shape[-2:]))
+
+
+SLIPS = [Slip("delete_patches", name, rule, hint, impl) for name, rule, hint, impl in [
+
+    ("lowest", "output", DELETE_LOWEST, deleting("lowest")),
+
+    ("column_order", "output", DELETE_COLUMN_ORDER, deleting("column order")),
+
+    ("grid_pixel", "output", DELETE_GRID_PIXEL, deleting("grid pixel")),
+
+    ("flat_pixel", "output", DELETE_FLAT_PIXEL, deleting("flat pixel")),
+
+    ("corner_pixel", "output", DELETE_CORNER_PIXEL, deleting("corner pixel")),
+
+    ("grid_square", "output", DELETE_GRID_SQUARE, deleting("grid square")),
+
+    ("first_channel", "output", DELETE_FIRST_CHANNEL, deleting("first channel")),
+
+    ("percent", "output", DELETE_PERCENT, deleting("percent")),
+
+    ("image_0", "output", DELETE_IMAGE_0, deleting("image 0")),
+
+    ("int", "output", DELETE_INT, deleting("int")),
+
+    ("ceil", "output", DELETE_CEIL, deleting("ceil")),
+
+    ("batch_wide", "output", DELETE_BATCH_WIDE, deleting("batch wide")),
+
+    ("in_place", "inputs", IN_PLACE, deleting("in place")),
+
+    ("same_tensor", "output", DELETE_SAME_TENSOR, deleting("same tensor")),
+
+    ("fill", "output", DELETE_FILL, deleting("fill")),
+
+    ("no_ranking_check", "error", DELETE_NO_RANKING_CHECK, deleting("no ranking check")),
+
+    ("no_fraction_check", "error", DELETE_NO_FRACTION_CHECK, deleting("no fraction check")),
+
+    ("unchanged", "output", DELETE_PERCENT, lambda images, ranking, fraction, patch_size: images.clone()),
+
+]]
+
+VARIANTS = [Variant("delete_patches", name, impl) for name, impl in [
+
+    ("reference_delete_patches", ref.delete_patches),
+
+    ("deleting", deleting()),
+
+    ("deleting_with_patchify", deleting_with_patchify),
+
+]]

@@ -8,8 +8,23 @@ from einops import rearrange
 from torch import nn
 
 from .. import embeddings as ref
-from .core import check
+from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_half, call_naming, works_on
+
+SIMILARITY_DOT_PRODUCTS = "these are dot products: normalise the embeddings to unit length first (cosine similarity)"
+SIMILARITY_WRONG_AXIS = ("the embeddings are normalised over the wrong axis: each embedding (row) to unit length, "
+                         "F.normalize(table, dim=-1)")
+SIMILARITY_COLUMNS_FIRST = "rows and columns of the grid are swapped: rearrange '(h1 w1) (h2 w2) -> h1 w1 h2 w2'"
+SIMILARITY_NOT_ON_GRID = "lay the (N, N) similarities out on the grid: (gh, gw, gh, gw)"
+SIMILARITY_KEEP_CLASS_ROW = ("the class token's row is kept: drop the first k = n - gh * gw rows (the given "
+                             "num_prefix(n, grid_size) gives k), then compare the patches' rows")
+SIMILARITY_DROP_LAST_ROWS = ("the last rows were dropped: the class token's row is the first, so keep the rows from k "
+                             "= n - gh * gw on")
+SIMILARITY_NO_DETACH = "call .detach() on the table first (it may be a model's parameter), so the result can be plotted"
+SIMILARITY_NO_FLOAT = "call .float() on the table first: half precision loses the small differences between embeddings"
+SIMILARITY_NO_SHAPE_CHECK = ("check the shape: the table must be 2-D (n, D) or 3-D (1, n, D); and n must hold the "
+                             "grid (the given num_prefix raises that ValueError)")
+
 
 
 def _cosines(table):
@@ -27,14 +42,13 @@ def _similarity_hints(pos, grid, prefix):
         return rearrange(sim, pattern, h1=gh, w1=gw, h2=gh, w2=gw)
 
     return [
-        ("these are dot products: normalise the embeddings to unit length first (cosine similarity)",
+        (SIMILARITY_DOT_PRODUCTS,
          lambda: on_grid(table @ table.T)),
-        ("the last rows were dropped: the class token's row is the first, so keep the rows from k = n - gh * gw on",
+        (SIMILARITY_DROP_LAST_ROWS,
          lambda: on_grid(_cosines(rows[:gh * gw]))),
-        ("rows and columns of the grid are swapped: rearrange '(h1 w1) (h2 w2) -> h1 w1 h2 w2'",
+        (SIMILARITY_COLUMNS_FIRST,
          lambda: on_grid(_cosines(table), "(w1 h1) (w2 h2) -> h1 w1 h2 w2")),
-        ("the embeddings are normalised over the wrong axis: each embedding (row) to unit length, "
-         "F.normalize(table, dim=-1)", lambda: on_grid(F.normalize(table, dim=0) @ F.normalize(table, dim=0).T)),
+        (SIMILARITY_WRONG_AXIS, lambda: on_grid(F.normalize(table, dim=0) @ F.normalize(table, dim=0).T)),
     ]
 
 
@@ -49,15 +63,14 @@ def position_embedding_similarity(c, fn):
             pos = nn.Parameter(pos)  # as it comes from a model: requires grad
         grid_arg = grid[0] if grid[0] == grid[1] else grid
         got = call_naming(c, fn, pos, grid_arg, cause=lambda: prefix and works_on(
-            fn, pos[..., prefix:, :], grid_arg) and "the class token's row is kept: drop the first k = n - gh * gw "
-            "rows (the given num_prefix(n, grid_size) gives k), then compare the patches' rows" or None)
+            fn, pos[..., prefix:, :], grid_arg) and SIMILARITY_KEEP_CLASS_ROW or None)
         c.ok(not (torch.is_tensor(got) and got.requires_grad), "the result still requires grad",
-             "call .detach() on the table first (it may be a model's parameter), so the result can be plotted")
+             SIMILARITY_NO_DETACH)
         n = grid[0] * grid[1]
         c.close(got, ref.position_embedding_similarity(pos, grid_arg),
                 f"similarities of position embeddings {tuple(shape)} on a {grid[0]}x{grid[1]} grid",
                 _similarity_hints(pos, grid, prefix),
-                shape_hints=[((n, n), "lay the (N, N) similarities out on the grid: (gh, gw, gh, gw)"),
+                shape_hints=[((n, n), SIMILARITY_NOT_ON_GRID),
                              ((n + 1, n + 1), "drop the class token's row first, then lay the similarities out "
                                               "on the grid")])
     _similarity_extras(c, fn, g)
@@ -67,12 +80,106 @@ def _similarity_extras(c, fn, g):
     """float16 tables give float32 similarities; tables that are not (1, n, D) or (n, D) raise a ValueError."""
     pos, got = call_half(c, fn, (1, 10, 8), g, 3, expect=torch.float32,
                          problem="a float16 table gave {dtype} similarities, expected float32",
-                         hint="call .float() on the table first: half precision loses the small differences "
-                              "between embeddings")
+                         hint=SIMILARITY_NO_FLOAT)
     c.close(got, ref.position_embedding_similarity(pos, 3), "similarities of a float16 table", atol=1e-5)
-    hint = ("check the shape: the table must be 2-D (n, D) or 3-D (1, n, D); and n must hold the grid (the given "
-            "num_prefix raises that ValueError)")
+    hint = SIMILARITY_NO_SHAPE_CHECK
     c.raises(fn, torch.randn(2, 5, 8, generator=g), 3, why="a table of shape (2, 5, 8): the first axis must be 1",
-             hint=hint)
+             rule="error", hint=hint)
     c.raises(fn, torch.randn(1, 1, 10, 8, generator=g), 3, why="a 4-D table of shape (1, 1, 10, 8)", hint=hint)
     c.raises(fn, torch.randn(1, 8, 8, generator=g), 3, why="8 embeddings cannot hold a 3x3 grid", hint=hint)
+
+
+# the exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule) and the
+# words that state it in the exercise's statement
+RULES = {
+    "position_embedding_similarity": {
+        "output": "a float32 tensor $(g_h, g_w, g_h, g_w)$, detached from the autograd graph",
+        "error": "`ValueError` for a table that is neither $(n, D)$ nor $(1, n, D)$",
+    },
+}
+
+
+# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+def similarity(slip=None):
+    """position_embedding_similarity as a learner might write it, with one slip switched on."""
+    def position_embedding_similarity(pos_embed, grid_size):
+        gh, gw = ref.to_pair(grid_size)
+        if slip != "no shape check" and (pos_embed.ndim not in (2, 3) or
+                                         (pos_embed.ndim == 3 and pos_embed.shape[0] != 1)):
+            raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got {tuple(pos_embed.shape)}")
+        if slip == "only 3-D checked" and pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
+            raise ValueError("bad table")
+        if slip == "in place":  # "scale the table first", in the caller's tensor
+            pos_embed.data.mul_(2)
+        table = pos_embed.reshape(-1, pos_embed.shape[-1])  # (n, D)
+        table = table if slip == "no detach" else table.detach()
+        table = table if slip == "no float" else table.float()
+        k = table.shape[0] - gh * gw if slip == "no grid check" else ref.num_prefix(table.shape[0], (gh, gw))
+        table = {"keep class row": table, "drop last rows": table[:gh * gw]}.get(slip, table[k:])  # (N, D)
+        if slip != "dot products":
+            table = F.normalize(table, dim=0 if slip == "wrong axis" else -1)
+        sim = table @ table.T  # (N, N)
+        if slip == "not on grid":
+            return sim
+        pattern = "(w1 h1) (w2 h2) -> h1 w1 h2 w2" if slip == "columns first" else "(h1 w1) (h2 w2) -> h1 w1 h2 w2"
+        return rearrange(sim, pattern, h1=gh, w1=gw, h2=gh, w2=gw)
+    return position_embedding_similarity
+
+
+def only_2d_or_3d_tables(pos_embed, grid_size):
+    """A slip: a 4-D table is flattened instead of rejected (the statement asks for a ValueError)."""
+    if pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
+        raise ValueError(f"pos_embed must be (1, n, D), got {tuple(pos_embed.shape)}")
+    return similarity()(pos_embed.reshape(-1, pos_embed.shape[-1]), grid_size)
+
+
+def similarity_by_cosine(pos_embed, grid_size):
+    """Written from the statement alone: F.cosine_similarity on every pair, then a reshape to the grid."""
+    gh, gw = ref.to_pair(grid_size)
+    if pos_embed.dim() == 3:
+        if pos_embed.size(0) != 1:
+            raise ValueError("a 3-D table must be (1, n, D)")
+        pos_embed = pos_embed.squeeze(0)
+    elif pos_embed.dim() != 2:
+        raise ValueError("the table must be (1, n, D) or (n, D)")
+    patches = pos_embed.detach().float()[ref.num_prefix(len(pos_embed), (gh, gw)):]  # (N, D)
+    sim = F.cosine_similarity(patches[:, None, :], patches[None, :, :], dim=-1)  # (N, N)
+    return sim.reshape(gh, gw, gh, gw)
+
+
+SLIPS = [Slip("position_embedding_similarity", name, rule, hint, impl) for name, rule, hint, impl in [
+
+    ("dot_products", "output", SIMILARITY_DOT_PRODUCTS, similarity("dot products")),
+
+    ("wrong_axis", "output", SIMILARITY_WRONG_AXIS, similarity("wrong axis")),
+
+    ("columns_first", "output", SIMILARITY_COLUMNS_FIRST, similarity("columns first")),
+
+    ("not_on_grid", "output", SIMILARITY_NOT_ON_GRID, similarity("not on grid")),
+
+    ("keep_class_row", "output", SIMILARITY_KEEP_CLASS_ROW, similarity("keep class row")),
+
+    ("drop_last_rows", "output", SIMILARITY_DROP_LAST_ROWS, similarity("drop last rows")),
+
+    ("no_detach", "output", SIMILARITY_NO_DETACH, similarity("no detach")),
+
+    ("no_float", "output", SIMILARITY_NO_FLOAT, similarity("no float")),
+
+    ("no_shape_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no shape check")),
+
+    ("flattens_4d", "error", SIMILARITY_NO_SHAPE_CHECK, only_2d_or_3d_tables),
+
+    ("in_place", "inputs", IN_PLACE, similarity("in place")),
+    ("no_grid_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no grid check")),
+
+]]
+
+VARIANTS = [Variant("position_embedding_similarity", name, impl) for name, impl in [
+
+    ("reference_position_embedding_similarity", ref.position_embedding_similarity),
+
+    ("similarity", similarity()),
+
+    ("similarity_by_cosine", similarity_by_cosine),
+
+]]

@@ -89,7 +89,7 @@ SLIPS += [
          "a square and raise a ValueError asking for old_grid", _resample(check=False)),
     Slip("resample_position_embeddings", "centred", "inputs", IN_PLACE, _resample_in_place),
 ]
-HINT = {s.name: s.hint for s in SLIPS}
+HINT = {s.name: s for s in SLIPS}  # the slips the check names directly
 
 
 @check("resample_position_embeddings")

@@ -18,7 +18,13 @@ from .messages import argument_names, changed, describe, error_hint, mentions, s
 
 IN_PLACE = ("an in-place operation on an input (`x += ...`, `x /= ...`, `masked_fill_`, `x[...] = ...`): use the "
             "out-of-place form (`x = x + ...`, `masked_fill`) or work on a copy")
+NAME_VALUES = "put the values involved in the message, e.g. with an f-string"
 PLAIN_NUMBER = "return a plain number: `.item()` turns a one-element tensor into one"
+TUPLE = ("return the one tensor asked for, not a tuple: a forward returns its output alone (the attention weights "
+         "have their own method), e.g. `out, weights = ...` then `return out`")
+DOUBLE = ("a float64 result: numpy arrays, `torch.tensor` of Python floats and `.double()` are float64; compute with "
+          "torch operations on the inputs (or convert back, `.to(x.dtype)`)")
+NAN = "a division by zero, a sqrt or log of a negative number, or a row whose every score is -inf (fully masked)"
 COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
     "inputs": "leaves its inputs unchanged",
 }
@@ -37,6 +43,12 @@ class Slip:
     hint: str
     impl: object
 
+    def __post_init__(self):
+        NAMING.setdefault(id(self.hint), []).append(self)
+
+
+NAMING = {}  # id of a hint object -> the slips holding that very object (a check that passes it names them)
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -52,6 +64,7 @@ class CheckFailed(AssertionError):
     ``rule``: the key of the exercise's rule it broke (None for an exercise not done yet)."""
 
     rule = None
+    slip = None  # the Slip of the record the check named as the likely cause, if it named one
 
     def _render_traceback_(self):
         # IPython (Jupyter, nbclient, nbval) calls this instead of printing a traceback: the learner
@@ -88,13 +101,17 @@ class Checker:
         return self
 
     def fail(self, message, hint=None, rule=None):
+        """Raise CheckFailed; ``hint``: the likely cause, a text or a ``Slip`` of the record (the failure carries it
+        as ``CheckFailed.slip``)."""
+        slip, hint = (hint, hint.hint) if isinstance(hint, Slip) else (next(
+            (s for s in NAMING.get(id(hint), ()) if s.hint is hint and s.exercise == self.name), None), hint)
         text = f"{self.name}: {message}"
         if self.tried and "\n  tried:" not in text:
             text += f"\n  tried: {self.tried}"
         if hint:
             text += f"\n  likely cause: {hint}"
         error = CheckFailed(text)
-        error.rule = rule or self.rule
+        error.rule, error.slip = rule or self.rule, slip
         error.__suppress_context__ = True  # no "during handling of ..." noise
         raise error
 
@@ -163,7 +180,7 @@ class Checker:
                 ([s] if isinstance(s, tuple) else s for s in shapes)
                 if not any(mentions(text, s) for s in alternatives)]
             self.ok(not missing, f"{why}: your ValueError says {text!r}, which does not name "
-                    f"{' and '.join(missing)}", "put the values involved in the message, e.g. with an f-string")
+                    f"{' and '.join(missing)}", NAME_VALUES)
             return
         except Exception as error:
             first = str(error).strip().split("\n")[0]
@@ -175,7 +192,7 @@ class Checker:
         """Fail unless x is a finite tensor of the given shape and dtype. shape_hints: (shape, hint) pairs."""
         if isinstance(x, tuple) and len(x) and torch.is_tensor(x[0]) and shape is not None:
             self.fail(f"{what} should be a tensor of shape {tuple(shape)}, got a tuple of {len(x)}: "
-                      f"({', '.join(describe(t) for t in x)})")
+                      f"({', '.join(describe(t) for t in x)})", TUPLE)
         if not torch.is_tensor(x):
             self.fail(f"{what} should be a torch.Tensor, got {describe(x)}", "return one tensor, not a list of them"
                       if isinstance(x, list) and x and all(torch.is_tensor(t) for t in x) else None)
@@ -183,11 +200,10 @@ class Checker:
             hint = next((h for s, h in shape_hints if tuple(s) == tuple(x.shape)), None)
             self.fail(f"{what} has shape {tuple(x.shape)}, expected {tuple(shape)}", hint)
         if dtype is not None and x.dtype != dtype:
-            self.fail(f"{what} has dtype {x.dtype}, expected {dtype}")
+            self.fail(f"{what} has dtype {x.dtype}, expected {dtype}", DOUBLE if x.dtype == torch.float64 else None)
         if x.is_floating_point() and not torch.isfinite(x).all():
             bad = "NaN" if torch.isnan(x).any() else "inf"
-            self.fail(f"{what} contains {bad}", "a division by zero, a sqrt or log of a negative number, or a row "
-                      "whose every score is -inf (fully masked)" if bad == "NaN" else None)
+            self.fail(f"{what} contains {bad}", NAN if bad == "NaN" else None)
         return x
 
     def close(self, got, expected, what, hints=(), atol=1e-5, rtol=1e-4, shape_hints=()):
@@ -216,17 +232,17 @@ class Checker:
 
     @staticmethod
     def named(slips, *args, **kwargs):
-        """(hint, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
-        return [(s.hint, functools.partial(s.impl, *args, **kwargs)) for s in slips]
+        """(slip, thunk) pairs for ``close``'s ``hints``: each slip of a catalogue run on the learner's input."""
+        return [(s, functools.partial(s.impl, *args, **kwargs)) for s in slips]
 
     @staticmethod
     def diagnose(slips, same, run):
-        """The hint of the first slip whose output is ``same`` as the learner's, or None; ``run(impl)``: a slip's
-        output on the learner's input."""
+        """The first slip whose output is ``same`` as the learner's, or None; ``run(impl)``: a slip's output on the
+        learner's input."""
         for s in slips:
             try:
                 if same(run(s.impl)):
-                    return s.hint
+                    return s
             except Exception:  # a slip that does not apply to this input
                 continue
         return None
@@ -240,7 +256,7 @@ class Checker:
             self.fail(f"{what} should be a number, got {describe(x)}", "a function without a `return` statement "
                       "returns None: end it with `return ...`" if x is None else None)
         if not math.isfinite(float(x)):
-            self.fail(f"{what} is {x}")
+            self.fail(f"{what} is {x}", NAN)
         return float(x)
 
     # nn.Module exercises: build the learner's class, load the reference's weights by name, the attributes kept

@@ -14,6 +14,8 @@ import torch
 from einops import rearrange
 
 CUT = "look for `.detach()`, `.data`, `torch.no_grad()` or a detour through numpy"
+NOT_TRAINED = "a plain tensor or a buffer is not trained"
+CUT_AT = "in your code, line "  # the likely cause of a cut: the lines of learner code that may cut the graph
 CUTS = (  # what, on a line of learner code, may cut the graph
     r"\.detach\(", r"\.data\b", r"no_grad|inference_mode|set_grad_enabled", r"\.numpy\(|\bnp\.|\bnumpy\b",
     r"torch\.(tensor|as_tensor|from_numpy)\(|\.tolist\(|\.item\(",
@@ -26,10 +28,11 @@ def _sources(learner):
     methods they call on self, each with the definitions it overrides (``super().forward(...)`` reaches them); not
     torch's or the course's, nor methods given for other uses, like to_conv."""
     if not isinstance(learner, type):
-        return [learner]
+        return _with_helpers([learner])
     methods = {}  # name -> the learner's definitions of it along the MRO
     for klass in learner.__mro__:
-        if not klass.__module__.startswith(("torch", "builtins", "vit_course")):
+        if not klass.__module__.startswith(("torch", "builtins", "vit_course")) or klass.__module__.startswith(
+                "vit_course.checks."):  # the records' slips are a learner's code
             for name, f in vars(klass).items():
                 if inspect.isfunction(f):
                     methods.setdefault(name, []).append(f)
@@ -46,6 +49,28 @@ def _sources(learner):
                 source = ""
             found.append(f)
             todo += re.findall(r"self\.(\w+)\(", source)
+    return _with_helpers(found)
+
+
+def _with_helpers(functions):
+    """``functions`` and the learner's helpers they reach: the functions they close over or call by a global name
+    (a lambda or a function of another cell), not torch's or the course's."""
+    found, todo = [], list(functions)
+    while todo:
+        f = todo.pop()
+        if f in found or not inspect.isfunction(f):
+            continue
+        found.append(f)
+        cells = []
+        for cell in f.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        named = [g for g in map(f.__globals__.get, f.__code__.co_names) if inspect.isfunction(g) and not
+                 g.__module__.startswith("vit_course")]
+        todo += [g for g in cells + named if inspect.isfunction(g) and not g.__module__.startswith(
+            ("torch", "einops", "numpy"))]
     return found
 
 
@@ -71,7 +96,7 @@ def cut_hint(learner):
     if not found:
         return None
     shown = "; ".join(f"line {n}: `{code}`" for n, code in found[:3])
-    return f"in your code, {shown}"
+    return CUT_AT + shown[len("line "):]
 
 
 def _reaches(c, name, got, expected, hint):
@@ -138,8 +163,7 @@ def gradient_flow(c, learner, run, reference_run, inputs, model=None, reference=
         for name, parameter in reference.named_parameters():
             if name not in learned:
                 c.fail(f"`{name}` is not a trainable parameter of your module: it would never learn",
-                       f"make it an nn.Parameter (`self.{name} = nn.Parameter(...)`): a plain tensor or a buffer is "
-                       "not trained")
+                       f"make it an nn.Parameter (`self.{name} = nn.Parameter(...)`): {NOT_TRAINED}")
             pairs.append((name, learned[name].grad, parameter.grad))
     pairs += [(name, mine[name].grad, theirs[name].grad) for name in inputs]
     for name, got, expected in pairs:

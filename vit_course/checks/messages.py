@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 ERROR_HINTS = (  # (text in the error message, likely cause)
+    ("division by zero", "a division by a number that is 0 here, e.g. depth - 1 with depth=1: guard it as the "
+                         "statement does, max(depth - 1, 1)"),
     ("view size is not compatible with input tensor's size and stride",
      "a transposed or permuted tensor is not contiguous in memory: use .reshape(...) instead of .view(...)"),
     ("has no len()", "the batches may come one at a time (a generator, a DataLoader): go through them once and "
@@ -44,6 +46,13 @@ LINE_HINTS = (  # (regex on the learner's line that raised, likely cause): check
     (r"\.T\b", "`.T` reverses all the axes of a tensor with more than two: to swap the last two axes of a batch "
                "of matrices use `k.transpose(-2, -1)` (or `k.mT`)"),
 )
+
+
+def known(key):
+    """The likely cause ERROR_HINTS or LINE_HINTS give for ``key`` (the text or regex they key it on)."""
+    return dict(ERROR_HINTS + LINE_HINTS)[key]
+
+
 SHORT = 40  # characters of a plain repr before it is cut
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _COURSE = os.path.dirname(_HERE)  # vit_course/: the course's own code, never the learner's
@@ -140,7 +149,9 @@ def argument_names(fn, args, kwargs):
 
 def _learner(frame):
     """True for a frame of learner code: not torch, not an installed package, not the course's own vit_course."""
-    return not frame.filename.startswith((_COURSE, _TORCH)) and "site-packages" not in frame.filename
+    records = os.path.join(_HERE, "ch")  # the records' slips stand for a learner's code
+    return (frame.filename.startswith(records) or not frame.filename.startswith((_COURSE, _TORCH))) and (
+        "site-packages" not in frame.filename)
 
 
 def where(error):

@@ -52,6 +52,9 @@ def check_dropout(c, model, x, expected, what, eval_hint, train_hint, label, ato
              "same output: the dropout is off", train_hint)
 
 
+WEIGHTS_MASK = "the mask seems not to reach the weights: pass it on to the attention"
+
+
 def check_attention_weights(c, model, x, weights, label, mask=None, masked=None, shape_hints=(), required=None):
     """The ``attention_weights(x, mask=None)`` method: the reference's weights, no dropout. ``required``: what the
     statement asks for (the check fails without the method); None: optional."""
@@ -69,4 +72,4 @@ def check_attention_weights(c, model, x, weights, label, mask=None, masked=None,
     if mask is not None and accepts(method, "mask"):
         got = c.call(method, x, mask=mask, label=f"{label}.attention_weights")
         c.close(got, masked, "weights from attention_weights with a mask",
-                [("the mask seems not to reach the weights: pass it on to the attention", lambda: weights)])
+                [(WEIGHTS_MASK, lambda: weights)])
