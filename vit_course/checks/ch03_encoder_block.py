@@ -3,6 +3,7 @@ options, drop path while training): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
+import functools
 import math
 
 import torch
@@ -293,51 +294,15 @@ OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_valu
 SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
 
 
-def _block_variants(m, x, mask=None):
-    """(hint, thunk) pairs: the encoder-block mistakes learners make, built from the reference's parts."""
-    attn = lambda y: m.attn(y, mask=mask)  # noqa: E731
-    mlp, n1, n2 = m.mlp, m.norm1, m.norm2
-
-    def post_norm():
-        y = n1(x + attn(x))
-        return n2(y + mlp(y))
-
-    def shared_norm():
-        y = x + attn(n1(x))
-        return y + mlp(n1(y))
-
-    def norm_in_residual():
-        y = n1(x) + attn(n1(x))
-        return n2(y) + mlp(n2(y))
-
-    def mlp_first():
-        y = x + mlp(n2(x))
-        return y + attn(n1(y))
-
-    def residual_normalised():
-        y = n1(x)
-        y = y + attn(y)
-        return y + mlp(n2(y))
-
-    parallel = lambda: x + attn(n1(x)) + mlp(n2(x))  # noqa: E731
-    mlp_unnormalised = lambda: (lambda y: y + mlp(y))(x + attn(n1(x)))  # noqa: E731
-    no_attn_res = lambda: (lambda y: y + mlp(n2(y)))(attn(n1(x)))  # noqa: E731
-    no_mlp_res = lambda: mlp(n2(x + attn(n1(x))))  # noqa: E731
-    no_res = lambda: mlp(n2(attn(n1(x))))  # noqa: E731
-    return [
-        (BLOCK_POST_NORM, post_norm),
-        (SHARED_NORM,
-         shared_norm),
-        ("the residual adds the normalised x: add the branch to x itself, x = x + attn(norm1(x))", norm_in_residual),
-        (BLOCK_NO_RESIDUAL, no_attn_res),
-        ("the residual connection around the MLP is missing: x = x + mlp(norm2(x))", no_mlp_res),
-        ("both residual connections are missing: x = x + attn(norm1(x)); x = x + mlp(norm2(x))", no_res),
-        ("the MLP comes before attention: attention first, then the MLP", mlp_first),
-        ("the residual stream is the normalised x: normalise only the branch's input, x = x + attn(norm1(x))",
-         residual_normalised),
-        (BLOCK_PARALLEL, parallel),
-        ("the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))", mlp_unnormalised),
-    ]
+def _block_slips(reference, args, x, mask=None):
+    """(slip, thunk) pairs for ``close``: the record's EncoderBlock slips of the output and the mask, each built with
+    ``args`` and the reference's weights, run on the learner's input."""
+    def output(slip):
+        twin = slip.impl(*args).eval()
+        twin.load_state_dict(reference.state_dict())
+        return twin(x, mask=mask)
+    return [(s, functools.partial(output, s)) for s in SLIPS if s.exercise == "EncoderBlock" and s.rule in (
+        "output", "mask")]
 
 
 @check("EncoderBlock")
@@ -356,13 +321,12 @@ def EncoderBlock(c, cls):
         x = torch.randn(batch, n, dim, generator=g)
         label = f"EncoderBlock({dim}, {heads}, {ratio})"
         with torch.no_grad():
-            c.close(c.call(model, x, label=label), reference(x), "output", _block_variants(reference, x), atol=1e-4)
+            c.close(c.call(model, x, label=label), reference(x), "output",
+                    _block_slips(reference, (dim, heads, ratio), x), atol=1e-4)
             c.phase("mask")
             mask = random_mask((n, n), g)
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                    _block_variants(reference, x, mask) + [
-                        (BLOCK_NO_MASK,
-                         lambda: reference(x))], atol=1e-4)
+                    _block_slips(reference, (dim, heads, ratio), x, mask), atol=1e-4)
             c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
                       dict(x=x), model, reference)
@@ -721,6 +685,23 @@ class _Block(ref.EncoderBlock):
             return x + self.mlp(self.norm2(x))
         if slip == "parallel":
             return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
+        if slip == "norm_in_residual":
+            x = self.norm1(x) + attn(self.norm1(x))
+            return self.norm2(x) + self.mlp(self.norm2(x))
+        if slip == "mlp_first":
+            x = x + self.mlp(self.norm2(x))
+            return x + attn(self.norm1(x))
+        if slip == "residual_normalised":
+            x = self.norm1(x)
+            x = x + attn(x)
+            return x + self.mlp(self.norm2(x))
+        if slip == "no_mlp_residual":
+            return self.mlp(self.norm2(x + attn(self.norm1(x))))
+        if slip == "no_residuals":
+            return self.mlp(self.norm2(attn(self.norm1(x))))
+        if slip == "mlp_unnormalised":
+            x = x + attn(self.norm1(x))
+            return x + self.mlp(x)
         if slip == "around_sum":
             x = self.drop_path1(x + ls1(attn(self.norm1(x))))
             return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
@@ -807,6 +788,17 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
     ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
     ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
     ("shared_norm", "output", SHARED_NORM, _block("shared")),
+    ("norm_in_residual", "output", "the residual adds the normalised x: add the branch to x itself, x = x + "
+     "attn(norm1(x))", _block("norm_in_residual")),
+    ("no_mlp_residual", "output", "the residual connection around the MLP is missing: x = x + mlp(norm2(x))",
+     _block("no_mlp_residual")),
+    ("no_residuals", "output", "both residual connections are missing: x = x + attn(norm1(x)); x = x + "
+     "mlp(norm2(x))", _block("no_residuals")),
+    ("mlp_first", "output", "the MLP comes before attention: attention first, then the MLP", _block("mlp_first")),
+    ("residual_normalised", "output", "the residual stream is the normalised x: normalise only the branch's input, "
+     "x = x + attn(norm1(x))", _block("residual_normalised")),
+    ("mlp_unnormalised", "output", "the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))",
+     _block("mlp_unnormalised")),
     ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
     ("ls_not_applied", "options", LS_NOT_APPLIED, _block("no_ls")),
     ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),
