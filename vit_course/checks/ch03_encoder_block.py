@@ -3,7 +3,6 @@ options, drop path while training): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
-import functools
 import math
 
 import torch
@@ -15,7 +14,7 @@ from .ch01_self_attention import random_mask
 from .core import IN_PLACE, Slip, Variant, check
 from .gradients import CUT, CUT_AT, cut_hint, gradient_flow, same_gradient
 from .messages import describe, where
-from .modules import check_dropout, only_biases, randomize_norms
+from .modules import check_dropout, only_biases, randomize_norms, twins
 from .wiring import dropout_wiring
 
 BLOCK_NAMES = "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)"
@@ -295,14 +294,9 @@ SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
 
 
 def _block_slips(reference, args, x, mask=None):
-    """(slip, thunk) pairs for ``close``: the record's EncoderBlock slips of the output and the mask, each built with
-    ``args`` and the reference's weights, run on the learner's input."""
-    def output(slip):
-        twin = slip.impl(*args).eval()
-        twin.load_state_dict(reference.state_dict())
-        return twin(x, mask=mask)
-    return [(s, functools.partial(output, s)) for s in SLIPS if s.exercise == "EncoderBlock" and s.rule in (
-        "output", "mask")]
+    """(slip, thunk) pairs for ``close``: the record's EncoderBlock slips of the output and the mask."""
+    return twins([s for s in SLIPS if s.exercise == "EncoderBlock" and s.rule in ("output", "mask")], reference, args,
+                 x, mask=mask)
 
 
 @check("EncoderBlock")
