@@ -85,10 +85,6 @@ def _vit_variants(m, images):
              "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[pool]()  # (b, D)
         return m.head(x)
 
-    def tokens():
-        return m.patch_embed(images)  # (b, N, D)
-
-    cls = lambda: m.cls_token.expand(len(images), -1, -1)  # noqa: E731
     if m.pool == "mean":
         return [
             (VIT_MEAN_ALL,
@@ -111,15 +107,8 @@ def _vit_variants(m, images):
          lambda: run(pool="mean")),
         ("the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
          lambda: run(pool="all")),
-        ("the class token is appended: prepend it (token 0) and read x[:, 0]",
-         lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed, pool="last")),
-        ("the class token is appended: prepend it (token 0) and read x[:, 0]",
-         lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed)),
-        (VIT_NO_POSITION,
-         lambda: run(lambda: torch.cat([cls(), tokens()], 1))),
-        ("the class token gets no position: prepend it first, then add all of pos_embed",
-         lambda: run(lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))),
-    ]
+    ] + [(hint, lambda e=embed, pool=pool: run(e, pool=pool)) for pool in ("last", "cls")  # embed's mistakes
+         for hint, embed in _embed_variants(m, images)]
 
 
 def _embed_variants(m, images):
