@@ -125,31 +125,10 @@ def LayerNorm(c, cls):
         c.load(model, reference, [("", BLOCK_EPS_PARAMETER)])
         x = torch.randn(*shape, dim, generator=g) * 3 + 1
         w, b = reference.weight.detach(), reference.bias.detach()
-        mean = x.mean(-1, keepdim=True)
         with torch.no_grad():
             c.close(c.call(model, x, label=f"LayerNorm({dim}, eps={eps})"), F.layer_norm(x, (dim,), w, b, eps),
-                    "output", [
-                        (BLOCK_UNBIASED, lambda: (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps)
-                         * w + b),
-                        (BLOCK_EPS_OUTSIDE, lambda: (x - mean) / (x.std(-1, unbiased=False, keepdim=True) + eps)
-                         * w + b),
-                        (NOT_AFFINE,
-                         lambda: F.layer_norm(x, (dim,), eps=eps)),
-                        (EPS_IGNORED,
-                         lambda: F.layer_norm(x, (dim,), w, b, 1e-5 if eps != 1e-5 else 1e-6)),
-                        (EPS_IGNORED,
-                         lambda: F.layer_norm(x, (dim,), w, b, 0.0)),
-                        ("the mean and variance are taken over the whole tensor: normalise each token over its own "
-                         "features, x.mean(-1, keepdim=True)", lambda: (x - x.mean()) / torch.sqrt(
-                             x.var(unbiased=False) + eps) * w + b),
-                        ("the bias is not added: scale by `weight`, then shift by `bias`",
-                         lambda: F.layer_norm(x, (dim,), w, None, eps)),
-                        ("the variance is the mean of x squared, E[x^2]: take it of the centred x, "
-                         "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)",
-                         lambda: (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w + b),
-                        (NORM_AXIS, lambda: (x - x.mean(0, keepdim=True)) / torch.sqrt(
-                             x.var(0, unbiased=False, keepdim=True) + eps) * w + b),
-                    ])
+                    "output", twins([s for s in SLIPS if s.exercise == "LayerNorm" and s.rule == "output"],
+                                    reference, (dim, eps), x))
         constant = torch.full((2, dim), 3.0)
         with torch.no_grad():
             got = c.call(model, constant, label=f"LayerNorm({dim}, eps={eps})")
@@ -570,6 +549,7 @@ class _LayerNorm(ref.LayerNorm):
     def forward(self, x):
         knobs, slip = self.knobs, self.slip
         axis, eps, unbiased = knobs.get("axis", -1), knobs.get("eps", self.eps), knobs.get("unbiased", False)
+        axis = tuple(range(x.ndim)) if axis == "all" else axis
         mean = x.mean(axis, keepdim=True)
         mean = mean.detach() if slip == "mean_detached" else mean
         weight = self.weight.data if slip == "weight_data" else self.weight
@@ -580,8 +560,10 @@ class _LayerNorm(ref.LayerNorm):
             x -= mean
             y = x / torch.sqrt(var + eps)
         else:
-            y = (x - mean) / torch.sqrt(x.var(axis, unbiased=unbiased, keepdim=True) + eps)
-        return y * weight + self.bias if knobs.get("affine", True) else y
+            var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased,
+                                                                                       keepdim=True)
+            y = (x - mean) / torch.sqrt(var + eps)
+        return y * weight + self.bias * knobs.get("bias", True) if knobs.get("affine", True) else y
 
 
 def _layer_norm(slip=None, **knobs):
@@ -741,6 +723,11 @@ SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl i
     ("not_affine", "output", NOT_AFFINE, _layer_norm(affine=False)),
     ("eps_ignored", "output", EPS_IGNORED, _layer_norm(eps=1e-5)),
     ("axis", "output", NORM_AXIS, _layer_norm(axis=0)),
+    ("whole_tensor", "output", "the mean and variance are taken over the whole tensor: normalise each token over "
+     "its own features, x.mean(-1, keepdim=True)", _layer_norm(axis="all")),
+    ("no_bias", "output", "the bias is not added: scale by `weight`, then shift by `bias`", _layer_norm(bias=False)),
+    ("mean_of_squares", "output", "the variance is the mean of x squared, E[x^2]: take it of the centred x, "
+     "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)", _layer_norm(raw_var=True)),
     ("torch_default", "eps", BLOCK_TORCH_DEFAULT, _layer_norm("torch_default")),
     ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
     ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
