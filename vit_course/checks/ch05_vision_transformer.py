@@ -99,6 +99,8 @@ def _vit_variants(m, images):
         (VIT_NO_NORM, lambda: run(final_norm=False)),
         (VIT_FIRST_BLOCK,
          lambda: run(blocks=m.blocks[:1])),
+        ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+         lambda: run(blocks=m.blocks[-1:])),
         ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
          lambda: run(norm_first=True)),
         ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
@@ -275,28 +277,6 @@ def _strong(config, g):
     return reference
 
 
-def _variants(m, images):
-    """(hint, thunk) pairs: the assembly mistakes of forward that only a model with strong blocks shows clearly."""
-    def run(blocks=None, norm_first=False, token=0):
-        x = m.embed(images)  # (b, n, D)
-        x = m.norm(x) if norm_first else x
-        for block in m.blocks if blocks is None else blocks:
-            x = block(x)
-        x = x if norm_first else m.norm(x)
-        return m.head(x[:, token])
-
-    return [
-        (VIT_FIRST_BLOCK,
-         lambda: run(m.blocks[:1])),
-        ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
-         lambda: run(m.blocks[-1:])),
-        ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
-         lambda: run(norm_first=True)),
-        ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
-         lambda: run(token=-1)),
-    ]
-
-
 def strong_blocks(c, cls, g):
     """With blocks that matter: the logits in eval mode, the final norm's eps, the dropouts while training.
     """
@@ -308,7 +288,7 @@ def strong_blocks(c, cls, g):
     c.phase("output")
     with torch.no_grad():
         c.close(c.call(model, images, label=label), reference(images), "logits (blocks with larger weights)",
-                _variants(reference, images), atol=1e-4)
+                _vit_variants(reference, images), atol=1e-4)
     c.phase("eps")
     eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
     c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", VIT_TORCH_DEFAULT)
