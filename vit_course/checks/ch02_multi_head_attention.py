@@ -24,7 +24,7 @@ from .ch01_self_attention import (
 from .core import IN_PLACE, NAME_VALUES, Slip, Variant, check
 from .gradients import CUT, CUT_AT, gradient_flow
 from .messages import known
-from .modules import check_attention_weights, check_dropout
+from .modules import check_attention_weights, check_dropout, twins
 from .wiring import dropout_wiring
 
 HEAD_AXIS = ("this is (b, n, h, d): move the head axis in front of the tokens (transpose(1, 2)), the result is (b, h, "
@@ -119,42 +119,10 @@ def reference_attention(m, x, mask=None):
     return ref.scaled_dot_product_attention(q, k, v, mask)
 
 
-def _variant(m, x, mask=None, layout="three h d", merge="h d", proj=True, values="v", **kw):
-    """MultiHeadAttention with one mistake (for diagnosis only)."""
-    q, k, v = rearrange(m.qkv(x), f"b n ({layout}) -> three b h n d", three=3, h=m.num_heads).unbind(0)
-    v = {"v": v, "q": q, "k": k}[values]
-    out = attention(q, k, v, mask, **kw)[0]  # (b, h, n, d)
-    out = rearrange(out, f"b h n d -> b n ({merge})") if merge != "view" else out.reshape(x.shape)
-    return m.proj(out) if proj else out
-
-
-def _hints(m, x, mask=None):
-    b, n, dim = x.shape
-    h, d = m.num_heads, m.head_dim
-
-    def view_split():
-        q, k, v = m.qkv(x).reshape(b, n, 3, dim).permute(2, 0, 1, 3).reshape(3, b, h, n, d).unbind(0)
-        return m.proj(ref.merge_heads(attention(q, k, v, mask)[0]))
-
-    return [
-        (NO_SCALE.replace("d = q's last size", "d = head_dim"), lambda: _variant(m, x, mask, scale=1.0)),
-        (BY_DIM_HEAD,
-         lambda: _variant(m, x, mask, scale=1 / math.sqrt(dim))),
-        (WRONG_AXIS, lambda: _variant(m, x, mask, axis=-2)),
-        (NO_TRANSPOSE, view_split),
-        (MERGED_VIEW, lambda: _variant(m, x, mask, merge="view")),
-        (ORDER, lambda: _variant(m, x, mask, layout="h three d")),
-        (ORDER, lambda: _variant(m, x, mask, layout="h d three")),
-        (INTERLEAVED, lambda: _variant(m, x, mask, layout="three d h", merge="d h")),
-        (NO_PROJ,
-         lambda: _variant(m, x, mask, proj=False)),
-        (VALUES_FROM,
-         lambda: _variant(m, x, mask, values="q")),
-        (VALUES_FROM,
-         lambda: _variant(m, x, mask, values="k")),
-    ] + ([(INVERTED, lambda: _variant(m, x, mask, mask_mode="inverted")),
-          (MASK_IGNORED,
-           lambda: _variant(m, x, mask, mask_mode="none"))] if mask is not None else [])
+def _mha_slips(reference, args, x, mask=None):
+    """(slip, thunk) pairs for ``close``: the record's MultiHeadAttention slips of the output and the mask."""
+    return twins([s for s in SLIPS if s.exercise == "MultiHeadAttention" and s.rule in ("output", "mask")],
+                 reference, args, x, mask=mask)
 
 
 @check("MultiHeadAttention")
@@ -175,10 +143,10 @@ def MultiHeadAttention(c, cls):
         with torch.no_grad():
             _split_qkv(c, model, reference, x, label)
             c.phase("output")
-            c.close(c.call(model, x, label=label), reference(x), "output", _hints(reference, x))
+            c.close(c.call(model, x, label=label), reference(x), "output", _mha_slips(reference, (dim, heads), x))
             c.phase("mask")
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                    _hints(reference, x, mask))
+                    _mha_slips(reference, (dim, heads), x, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, reference_attention(reference, x)[1], label, mask,
                                     reference_attention(reference, x, mask)[1],
@@ -325,7 +293,7 @@ def _merge_in_place(x):
 class _MHA(nn.Module):
     """MultiHeadAttention through the fused kernel, as the statement asks, with one slip, ``slip`` (None: none)."""
 
-    slip = None
+    slip, knobs = None, {}
 
     def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
         super().__init__()
@@ -354,12 +322,17 @@ class _MHA(nn.Module):
         if self.slip == "output_dropout":  # attention dropout on the heads' outputs, not on the weights
             out = self.attn_drop(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
             return self.proj_drop(self.proj(ref.merge_heads(out)))
-        if self.slip in ("view", "merge", "scale"):  # the explicit path
+        if self.slip in ("view", "merge", "scale") or self.knobs:  # the explicit path, with the ``attention`` knobs
             b, n, dim = x.shape
+            knobs = {"scale": 1 / math.sqrt(dim) if self.slip == "scale" else None} | self.knobs
+            layout, merge, values = (knobs.pop(key, default) for key, default in (
+                ("layout", "three h d"), ("merge", "h d"), ("values", "v")))
+            q, k, v = rearrange(self.qkv(x), f"b n ({layout}) -> three b h n d", three=3, h=self.num_heads).unbind(0)
             if self.slip == "view":
                 q, k, v = (t.reshape(b, self.num_heads, n, -1) for t in self.qkv(x).chunk(3, -1))
-            out = attention(q, k, v, mask, scale=1 / math.sqrt(dim) if self.slip == "scale" else None)[0]
-            return self.proj(out.reshape(b, n, dim) if self.slip == "merge" else ref.merge_heads(out))
+            out = attention(q, k, {"v": v, "q": q, "k": k}[values], mask, **knobs)[0]
+            out = out.reshape(b, n, dim) if self.slip == "merge" else rearrange(out, f"b h n d -> b n ({merge})")
+            return self.proj(out)
         p = {"eval_dropout": self.attn_drop.p, "no_dropout": 0.0}.get(
             self.slip, self.attn_drop.p if self.training else 0.0)
         out = ref.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p))
@@ -373,8 +346,8 @@ class _MHA(nn.Module):
         return weights.mean(1) if self.slip == "weights_mean" else weights
 
 
-def _mha(slip=None):
-    return type("MultiHeadAttention", (_MHA,), {"slip": slip})
+def _mha(slip=None, **knobs):
+    return type("MultiHeadAttention", (_MHA,), {"slip": slip, "knobs": knobs})
 
 
 class _MHASeparate(nn.Module):
@@ -422,6 +395,15 @@ SLIPS += [Slip("MultiHeadAttention", name, rule, hint, _mha(name)) for name, rul
     ("weights_dropout", "dropout", WEIGHTS_DROPOUT), ("output_dropout", "dropout", WHERE["attn_drop"][1]),
     ("no_init_check", "error-dim", INIT_CHECK), ("no_x_check", "error-shape", X_CHECK),
     ("vague", "error-shape", NAME_VALUES), ("qkv_detached", "gradient", CUT_AT), ("in_place", "inputs", IN_PLACE)]]
+SLIPS += [Slip("MultiHeadAttention", name, rule, hint, _mha(**knobs)) for name, rule, hint, knobs in [
+    ("no_scale", "output", NO_SCALE.replace("d = q's last size", "d = head_dim"), dict(scale=1.0)),
+    ("axis", "output", WRONG_AXIS, dict(axis=-2)),
+    ("order_h_three_d", "output", ORDER, dict(layout="h three d")),
+    ("order_h_d_three", "output", ORDER, dict(layout="h d three")),
+    ("interleaved", "output", INTERLEAVED, dict(layout="three d h", merge="d h")),
+    ("values_from_q", "output", VALUES_FROM, dict(values="q")),
+    ("values_from_k", "output", VALUES_FROM, dict(values="k")),
+    ("inverted", "mask", INVERTED, dict(mask_mode="inverted"))]]
 SLIPS += [Slip("MultiHeadAttention", "separate", "names", FUSED_QKV, _MHASeparate),
           Slip("MultiHeadAttention", "no_split_qkv", "split_qkv", NO_SPLIT, _MHANoSplit),
           Slip("MultiHeadAttention", "no_mask_argument", "attention_weights", WEIGHTS_REQUIRED, _MHANoMaskArgument)]

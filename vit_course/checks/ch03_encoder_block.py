@@ -14,7 +14,7 @@ from .ch01_self_attention import random_mask
 from .core import IN_PLACE, Slip, Variant, check
 from .gradients import CUT, CUT_AT, cut_hint, gradient_flow, same_gradient
 from .messages import describe, where
-from .modules import check_dropout, only_biases, randomize_norms
+from .modules import check_dropout, only_biases, randomize_norms, twins
 from .wiring import dropout_wiring
 
 BLOCK_NAMES = "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)"
@@ -92,16 +92,9 @@ def MLP(c, cls):
             (only_biases, BLOCK_NO_BIAS),
             ("fc", BLOCK_NAMES)])
         x = torch.randn(*shape, dim, generator=g) * 2
-        fc1, fc2 = reference.fc1, reference.fc2
         with torch.no_grad():
-            c.close(c.call(model, x, label=f"MLP({dim}, {hidden})"), reference(x), "output", [
-                (BLOCK_RELU, lambda: fc2(F.relu(fc1(x)))),
-                (BLOCK_TANH, lambda: fc2(F.gelu(fc1(x), approximate="tanh"))),
-                (NO_ACTIVATION, lambda: fc2(fc1(x))),
-                ("the activation is applied after fc2 as well (or only there): it goes between fc1 and fc2",
-                 lambda: F.gelu(fc2(F.gelu(fc1(x))))),
-                (BLOCK_RESIDUAL_INSIDE, lambda: x + fc2(F.gelu(fc1(x)))),
-            ], atol=1e-5)
+            c.close(c.call(model, x, label=f"MLP({dim}, {hidden})"), reference(x), "output", twins(
+                [s for s in SLIPS if s.exercise == "MLP" and s.rule == "output"], reference, (dim, hidden), x))
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
     c.phase("dropout")
@@ -132,31 +125,10 @@ def LayerNorm(c, cls):
         c.load(model, reference, [("", BLOCK_EPS_PARAMETER)])
         x = torch.randn(*shape, dim, generator=g) * 3 + 1
         w, b = reference.weight.detach(), reference.bias.detach()
-        mean = x.mean(-1, keepdim=True)
         with torch.no_grad():
             c.close(c.call(model, x, label=f"LayerNorm({dim}, eps={eps})"), F.layer_norm(x, (dim,), w, b, eps),
-                    "output", [
-                        (BLOCK_UNBIASED, lambda: (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps)
-                         * w + b),
-                        (BLOCK_EPS_OUTSIDE, lambda: (x - mean) / (x.std(-1, unbiased=False, keepdim=True) + eps)
-                         * w + b),
-                        (NOT_AFFINE,
-                         lambda: F.layer_norm(x, (dim,), eps=eps)),
-                        (EPS_IGNORED,
-                         lambda: F.layer_norm(x, (dim,), w, b, 1e-5 if eps != 1e-5 else 1e-6)),
-                        (EPS_IGNORED,
-                         lambda: F.layer_norm(x, (dim,), w, b, 0.0)),
-                        ("the mean and variance are taken over the whole tensor: normalise each token over its own "
-                         "features, x.mean(-1, keepdim=True)", lambda: (x - x.mean()) / torch.sqrt(
-                             x.var(unbiased=False) + eps) * w + b),
-                        ("the bias is not added: scale by `weight`, then shift by `bias`",
-                         lambda: F.layer_norm(x, (dim,), w, None, eps)),
-                        ("the variance is the mean of x squared, E[x^2]: take it of the centred x, "
-                         "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)",
-                         lambda: (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w + b),
-                        (NORM_AXIS, lambda: (x - x.mean(0, keepdim=True)) / torch.sqrt(
-                             x.var(0, unbiased=False, keepdim=True) + eps) * w + b),
-                    ])
+                    "output", twins([s for s in SLIPS if s.exercise == "LayerNorm" and s.rule == "output"],
+                                    reference, (dim, eps), x))
         constant = torch.full((2, dim), 3.0)
         with torch.no_grad():
             got = c.call(model, constant, label=f"LayerNorm({dim}, eps={eps})")
@@ -293,51 +265,10 @@ OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_valu
 SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
 
 
-def _block_variants(m, x, mask=None):
-    """(hint, thunk) pairs: the encoder-block mistakes learners make, built from the reference's parts."""
-    attn = lambda y: m.attn(y, mask=mask)  # noqa: E731
-    mlp, n1, n2 = m.mlp, m.norm1, m.norm2
-
-    def post_norm():
-        y = n1(x + attn(x))
-        return n2(y + mlp(y))
-
-    def shared_norm():
-        y = x + attn(n1(x))
-        return y + mlp(n1(y))
-
-    def norm_in_residual():
-        y = n1(x) + attn(n1(x))
-        return n2(y) + mlp(n2(y))
-
-    def mlp_first():
-        y = x + mlp(n2(x))
-        return y + attn(n1(y))
-
-    def residual_normalised():
-        y = n1(x)
-        y = y + attn(y)
-        return y + mlp(n2(y))
-
-    parallel = lambda: x + attn(n1(x)) + mlp(n2(x))  # noqa: E731
-    mlp_unnormalised = lambda: (lambda y: y + mlp(y))(x + attn(n1(x)))  # noqa: E731
-    no_attn_res = lambda: (lambda y: y + mlp(n2(y)))(attn(n1(x)))  # noqa: E731
-    no_mlp_res = lambda: mlp(n2(x + attn(n1(x))))  # noqa: E731
-    no_res = lambda: mlp(n2(attn(n1(x))))  # noqa: E731
-    return [
-        (BLOCK_POST_NORM, post_norm),
-        (SHARED_NORM,
-         shared_norm),
-        ("the residual adds the normalised x: add the branch to x itself, x = x + attn(norm1(x))", norm_in_residual),
-        (BLOCK_NO_RESIDUAL, no_attn_res),
-        ("the residual connection around the MLP is missing: x = x + mlp(norm2(x))", no_mlp_res),
-        ("both residual connections are missing: x = x + attn(norm1(x)); x = x + mlp(norm2(x))", no_res),
-        ("the MLP comes before attention: attention first, then the MLP", mlp_first),
-        ("the residual stream is the normalised x: normalise only the branch's input, x = x + attn(norm1(x))",
-         residual_normalised),
-        (BLOCK_PARALLEL, parallel),
-        ("the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))", mlp_unnormalised),
-    ]
+def _block_slips(reference, args, x, mask=None):
+    """(slip, thunk) pairs for ``close``: the record's EncoderBlock slips of the output and the mask."""
+    return twins([s for s in SLIPS if s.exercise == "EncoderBlock" and s.rule in ("output", "mask")], reference, args,
+                 x, mask=mask)
 
 
 @check("EncoderBlock")
@@ -356,13 +287,12 @@ def EncoderBlock(c, cls):
         x = torch.randn(batch, n, dim, generator=g)
         label = f"EncoderBlock({dim}, {heads}, {ratio})"
         with torch.no_grad():
-            c.close(c.call(model, x, label=label), reference(x), "output", _block_variants(reference, x), atol=1e-4)
+            c.close(c.call(model, x, label=label), reference(x), "output",
+                    _block_slips(reference, (dim, heads, ratio), x), atol=1e-4)
             c.phase("mask")
             mask = random_mask((n, n), g)
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                    _block_variants(reference, x, mask) + [
-                        (BLOCK_NO_MASK,
-                         lambda: reference(x))], atol=1e-4)
+                    _block_slips(reference, (dim, heads, ratio), x, mask), atol=1e-4)
             c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
                       dict(x=x), model, reference)
@@ -591,6 +521,7 @@ class _MLP(ref.MLP):
             with torch.no_grad():
                 return drop2(self.fc2(drop1(act(hidden))))
         out = drop2(self.fc2(act(drop1(hidden)) if slip == "drop_before_act" else drop1(act(hidden))))
+        out = act(out) if slip == "act_after_fc2" else out
         return x + out if slip == "residual_inside" else out
 
 
@@ -618,6 +549,7 @@ class _LayerNorm(ref.LayerNorm):
     def forward(self, x):
         knobs, slip = self.knobs, self.slip
         axis, eps, unbiased = knobs.get("axis", -1), knobs.get("eps", self.eps), knobs.get("unbiased", False)
+        axis = tuple(range(x.ndim)) if axis == "all" else axis
         mean = x.mean(axis, keepdim=True)
         mean = mean.detach() if slip == "mean_detached" else mean
         weight = self.weight.data if slip == "weight_data" else self.weight
@@ -628,8 +560,10 @@ class _LayerNorm(ref.LayerNorm):
             x -= mean
             y = x / torch.sqrt(var + eps)
         else:
-            y = (x - mean) / torch.sqrt(x.var(axis, unbiased=unbiased, keepdim=True) + eps)
-        return y * weight + self.bias if knobs.get("affine", True) else y
+            var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased,
+                                                                                       keepdim=True)
+            y = (x - mean) / torch.sqrt(var + eps)
+        return y * weight + self.bias * knobs.get("bias", True) if knobs.get("affine", True) else y
 
 
 def _layer_norm(slip=None, **knobs):
@@ -721,6 +655,23 @@ class _Block(ref.EncoderBlock):
             return x + self.mlp(self.norm2(x))
         if slip == "parallel":
             return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
+        if slip == "norm_in_residual":
+            x = self.norm1(x) + attn(self.norm1(x))
+            return self.norm2(x) + self.mlp(self.norm2(x))
+        if slip == "mlp_first":
+            x = x + self.mlp(self.norm2(x))
+            return x + attn(self.norm1(x))
+        if slip == "residual_normalised":
+            x = self.norm1(x)
+            x = x + attn(x)
+            return x + self.mlp(self.norm2(x))
+        if slip == "no_mlp_residual":
+            return self.mlp(self.norm2(x + attn(self.norm1(x))))
+        if slip == "no_residuals":
+            return self.mlp(self.norm2(attn(self.norm1(x))))
+        if slip == "mlp_unnormalised":
+            x = x + attn(self.norm1(x))
+            return x + self.mlp(x)
         if slip == "around_sum":
             x = self.drop_path1(x + ls1(attn(self.norm1(x))))
             return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
@@ -751,6 +702,8 @@ SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
     ("tanh", "output", BLOCK_TANH, _mlp("tanh")),
     ("no_activation", "output", NO_ACTIVATION, _mlp("no_act")),
     ("residual_inside", "output", BLOCK_RESIDUAL_INSIDE, _mlp("residual_inside")),
+    ("act_after_fc2", "output", "the activation is applied after fc2 as well (or only there): it goes between fc1 "
+     "and fc2", _mlp("act_after_fc2")),
     ("functional", "dropout", MLP_EVAL, _mlp("functional")),
     ("no_dropout", "dropout", MLP_TRAIN, _mlp("no_dropout")),
     ("no_drop2", "dropout", BLOCK_NO_DROP2, _mlp("no_drop2")),
@@ -770,6 +723,11 @@ SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl i
     ("not_affine", "output", NOT_AFFINE, _layer_norm(affine=False)),
     ("eps_ignored", "output", EPS_IGNORED, _layer_norm(eps=1e-5)),
     ("axis", "output", NORM_AXIS, _layer_norm(axis=0)),
+    ("whole_tensor", "output", "the mean and variance are taken over the whole tensor: normalise each token over "
+     "its own features, x.mean(-1, keepdim=True)", _layer_norm(axis="all")),
+    ("no_bias", "output", "the bias is not added: scale by `weight`, then shift by `bias`", _layer_norm(bias=False)),
+    ("mean_of_squares", "output", "the variance is the mean of x squared, E[x^2]: take it of the centred x, "
+     "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)", _layer_norm(raw_var=True)),
     ("torch_default", "eps", BLOCK_TORCH_DEFAULT, _layer_norm("torch_default")),
     ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
     ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
@@ -807,6 +765,17 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
     ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
     ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
     ("shared_norm", "output", SHARED_NORM, _block("shared")),
+    ("norm_in_residual", "output", "the residual adds the normalised x: add the branch to x itself, x = x + "
+     "attn(norm1(x))", _block("norm_in_residual")),
+    ("no_mlp_residual", "output", "the residual connection around the MLP is missing: x = x + mlp(norm2(x))",
+     _block("no_mlp_residual")),
+    ("no_residuals", "output", "both residual connections are missing: x = x + attn(norm1(x)); x = x + "
+     "mlp(norm2(x))", _block("no_residuals")),
+    ("mlp_first", "output", "the MLP comes before attention: attention first, then the MLP", _block("mlp_first")),
+    ("residual_normalised", "output", "the residual stream is the normalised x: normalise only the branch's input, "
+     "x = x + attn(norm1(x))", _block("residual_normalised")),
+    ("mlp_unnormalised", "output", "the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))",
+     _block("mlp_unnormalised")),
     ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
     ("ls_not_applied", "options", LS_NOT_APPLIED, _block("no_ls")),
     ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),

@@ -210,22 +210,13 @@ def add_class_token_and_position(c, fn):
     for b, n, dim in ((3, 5, 8), (1, 4, 6), (2, 9, 3)):
         tokens, cls_token = torch.randn(b, n, dim, generator=g), torch.randn(1, 1, dim, generator=g)
         pos = torch.randn(1, n + 1, dim, generator=g)
-        expand = cls_token.expand(b, -1, -1)
         got = c.call(fn, tokens, cls_token, pos, errors=[("Sizes of tensors must match except in dimension", EXPAND)])
         c.close(got, ref.add_class_token_and_position(tokens, cls_token, pos), "tokens with class token and "
-                "positions", [
-                    (PATCH_APPENDED, lambda: torch.cat([tokens, expand], 1)
-                     + pos),
-                    (PATCH_NO_POSITION,
-                     lambda: torch.cat([expand, tokens], 1)),
-                    ("the class token is missing its position: add pos_embed to the whole sequence, class token "
-                     "included", lambda: torch.cat([expand, tokens + pos[:, 1:]], 1)),
-                    (PATCH_SHIFTED, lambda: torch.cat(
-                         [expand + pos[:, -1:], tokens + pos[:, :-1]], 1)),
-                    (PATCH_CLS_NO_POSITION, lambda: torch.cat([expand, tokens + pos[:, :-1]], 1)),
-                ], shape_hints=[((b, n, dim), "the class token was not prepended: concatenate it in front of the "
-                                 "patch tokens (expand it to the batch first)"),
-                                ((1, n + 1, dim), "expand the class token to the batch: cls_token.expand(b, -1, -1)")])
+                "positions", c.named([s for s in SLIPS if s.exercise == "add_class_token_and_position"
+                                      and s.rule == "output"], tokens, cls_token, pos), shape_hints=[
+                    ((b, n, dim), "the class token was not prepended: concatenate it in front of the patch tokens "
+                     "(expand it to the batch first)"),
+                    ((1, n + 1, dim), "expand the class token to the batch: cls_token.expand(b, -1, -1)")])
         gradient_flow(c, fn, lambda t: c.call(fn, t["tokens"], t["cls_token"], t["pos_embed"]),
                       lambda t: ref.add_class_token_and_position(t["tokens"], t["cls_token"], t["pos_embed"]),
                       dict(tokens=tokens, cls_token=cls_token, pos_embed=pos))
@@ -567,6 +558,8 @@ SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name,
      lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1) + p[:, -1:], t + p[:, :-1]], 1)),
     ("cls_no_position", "output", PATCH_CLS_NO_POSITION,
      lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1), t + p[:, :-1]], 1)),
+    ("cls_missing_position", "output", "the class token is missing its position: add pos_embed to the whole "
+     "sequence, class token included", lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t + p[:, 1:]], 1)),
     ("no_check_one_row", "error", PATCH_SLICED,
      lambda t, c, p: embed_ok(t, c, p) if p.shape[1] != 1 else embed_no_check(t, c, p)),
 ]]

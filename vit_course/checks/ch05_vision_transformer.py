@@ -85,10 +85,6 @@ def _vit_variants(m, images):
              "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[pool]()  # (b, D)
         return m.head(x)
 
-    def tokens():
-        return m.patch_embed(images)  # (b, N, D)
-
-    cls = lambda: m.cls_token.expand(len(images), -1, -1)  # noqa: E731
     if m.pool == "mean":
         return [
             (VIT_MEAN_ALL,
@@ -103,6 +99,8 @@ def _vit_variants(m, images):
         (VIT_NO_NORM, lambda: run(final_norm=False)),
         (VIT_FIRST_BLOCK,
          lambda: run(blocks=m.blocks[:1])),
+        ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
+         lambda: run(blocks=m.blocks[-1:])),
         ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
          lambda: run(norm_first=True)),
         ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
@@ -111,15 +109,8 @@ def _vit_variants(m, images):
          lambda: run(pool="mean")),
         ("the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
          lambda: run(pool="all")),
-        ("the class token is appended: prepend it (token 0) and read x[:, 0]",
-         lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed, pool="last")),
-        ("the class token is appended: prepend it (token 0) and read x[:, 0]",
-         lambda: run(lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed)),
-        (VIT_NO_POSITION,
-         lambda: run(lambda: torch.cat([cls(), tokens()], 1))),
-        ("the class token gets no position: prepend it first, then add all of pos_embed",
-         lambda: run(lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))),
-    ]
+    ] + [(hint, lambda e=embed, pool=pool: run(e, pool=pool)) for pool in ("last", "cls")  # embed's mistakes
+         for hint, embed in _embed_variants(m, images)]
 
 
 def _embed_variants(m, images):
@@ -286,28 +277,6 @@ def _strong(config, g):
     return reference
 
 
-def _variants(m, images):
-    """(hint, thunk) pairs: the assembly mistakes of forward that only a model with strong blocks shows clearly."""
-    def run(blocks=None, norm_first=False, token=0):
-        x = m.embed(images)  # (b, n, D)
-        x = m.norm(x) if norm_first else x
-        for block in m.blocks if blocks is None else blocks:
-            x = block(x)
-        x = x if norm_first else m.norm(x)
-        return m.head(x[:, token])
-
-    return [
-        (VIT_FIRST_BLOCK,
-         lambda: run(m.blocks[:1])),
-        ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
-         lambda: run(m.blocks[-1:])),
-        ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
-         lambda: run(norm_first=True)),
-        ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
-         lambda: run(token=-1)),
-    ]
-
-
 def strong_blocks(c, cls, g):
     """With blocks that matter: the logits in eval mode, the final norm's eps, the dropouts while training.
     """
@@ -319,7 +288,7 @@ def strong_blocks(c, cls, g):
     c.phase("output")
     with torch.no_grad():
         c.close(c.call(model, images, label=label), reference(images), "logits (blocks with larger weights)",
-                _variants(reference, images), atol=1e-4)
+                _vit_variants(reference, images), atol=1e-4)
     c.phase("eps")
     eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
     c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", VIT_TORCH_DEFAULT)

@@ -5,7 +5,6 @@
 import torch
 
 from .. import interpret as ref
-from .. import patches
 from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_naming, works_on
 
@@ -47,19 +46,6 @@ def _attention(g, b, h, n):
     return (torch.randn(b, h, n, n, generator=g) * 2).softmax(-1)  # (b, h, n, n), rows sum to 1
 
 
-def _rollout(attentions, heads="mean", identity=True, renorm=True, order="last-left", axis=-1):
-    rollout = None
-    for a in attentions:
-        a = {"mean": a.mean(1), "max": a.amax(1), "sum": a.sum(1), "first": a[:, 0]}[heads]  # (b, n, n)
-        a = a + torch.eye(a.shape[-1]) if identity is True else a
-        a = a / a.sum(axis, keepdim=True) if renorm and identity is True else a
-        rollout = a if rollout is None else a @ rollout if order == "last-left" else rollout @ a
-    if identity == "end":  # once, after the product
-        rollout = rollout + torch.eye(rollout.shape[-1])
-        rollout = rollout / rollout.sum(-1, keepdim=True)
-    return rollout
-
-
 @check("attention_rollout")
 def attention_rollout(c, fn):
     """attention_rollout(list of (b, h, n, n)) -> (b, n, n): mean over heads, + identity, renormalise, multiply."""
@@ -68,23 +54,9 @@ def attention_rollout(c, fn):
         attentions = [_attention(g, b, h, n) for _ in range(layers)]
         got = c.call(fn, attentions)
         expected = ref.attention_rollout(attentions)
-        c.close(got, expected, f"rollout of {layers} layers of {b}x{h}x{n}x{n} weights", [
-            (MAPS_NO_IDENTITY,
-             lambda: _rollout(attentions, identity=False)),
-            (MAPS_NO_RENORM,
-             lambda: _rollout(attentions, renorm=False)),
-            (MAPS_FIRST_LEFT,
-             lambda: _rollout(attentions, order="first-left")),
-            (MAPS_MAX, lambda: _rollout(attentions, "max")),
-            (MAPS_SUM, lambda: _rollout(attentions, "sum")),
-            (MAPS_HEAD_0,
-             lambda: _rollout(attentions, "first")),
-            (MAPS_IDENTITY_AT_THE_END, lambda: _rollout(attentions, identity="end")),
-            (MAPS_LAST_ONLY, lambda: _rollout(attentions[-1:])),
-            (MAPS_SKIP_FIRST,
-             lambda: _rollout(attentions[1:])),
-            (MAPS_WRONG_AXIS, lambda: _rollout(attentions, axis=-2)),
-        ], shape_hints=[((b, h, n, n), MAPS_NO_MEAN)])
+        c.close(got, expected, f"rollout of {layers} layers of {b}x{h}x{n}x{n} weights", c.named(
+            [s for s in SLIPS if s.exercise == "attention_rollout" and s.rule == "output"], attentions),
+            shape_hints=[((b, h, n, n), MAPS_NO_MEAN)])
     half = [_attention(g, 2, 2, 4).half() for _ in range(2)]
     got = c.call(fn, half)
     if torch.is_tensor(got) and got.dtype != torch.float32:
@@ -101,44 +73,6 @@ def _rollout_errors(c, fn, g):
     c.raises(fn, [_attention(g, 2, 3, 4), _attention(g, 2, 3, 5)], why="layers with 4 and 5 tokens", hint=hint)
 
 
-def _distance(attention, grid, patch, prefix, renorm=True, pixels=True, swap=False, metric="euclid", axis=-1,
-              reduce="keys"):
-    gh, gw = grid
-    ph, pw = patches.to_pair(patch) if pixels else (1, 1)
-    ph, pw = (pw, ph) if swap == "patch" else (ph, ph) if swap == "first" else (ph, pw)
-    a = attention[:, :, prefix:, prefix:]  # (b, h, N, N)
-    a = a / a.sum(axis, keepdim=True) if renorm else a
-    if swap is True:  # patches laid out column by column
-        xs, ys = torch.meshgrid(torch.arange(gw), torch.arange(gh), indexing="ij")
-    else:
-        ys, xs = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    centres = torch.stack([ys.flatten() * ph, xs.flatten() * pw], -1).float()  # (N, 2)
-    distance = torch.cdist(centres, centres, p=1.0 if metric == "manhattan" else 2.0)  # (N, N)
-    distance = distance ** 2 if metric == "squared" else distance
-    if reduce == "heads":  # the heads averaged too, one number repeated
-        return (a * distance).sum(-1).mean().expand(a.shape[1])
-    return (a * distance).mean(-1).mean((0, 2)) if reduce == "mean" else (a * distance).sum(-1).mean((0, 2))  # (h,)
-
-
-DISTANCE_HINTS = (
-    (MAPS_PATCHES, dict(pixels=False)),
-    (MAPS_NO_RENORM, dict(renorm=False)),
-    (MAPS_COLUMN_MAJOR, dict(swap=True)),
-    (MAPS_MANHATTAN, dict(metric="manhattan")),
-    (MAPS_SQUARED,
-     dict(metric="squared")),
-    (MAPS_RENORM_WRONG_AXIS, dict(axis=-2)),
-    (MAPS_PATCH_SWAPPED,
-     dict(swap="patch")),
-    ("only the patch's height is used: patch_size is (Ph, Pw), rows are Ph pixels apart, columns Pw",
-     dict(swap="first")),
-    ("the heads are averaged too: one mean distance per head, averaged over the batch and the queries only",
-     dict(reduce="heads")),
-    ("the distances are averaged over the keys: weight each by its attention and sum, (a * distance).sum(-1)",
-     dict(reduce="mean")),
-)
-
-
 @check("mean_attention_distance")
 def mean_attention_distance(c, fn):
     """mean_attention_distance(attention (b, h, n, n), grid_size, patch_size) -> (h,) mean pixel distance."""
@@ -152,7 +86,8 @@ def mean_attention_distance(c, fn):
             fn, attention[:, :, prefix:, prefix:], grid_arg, patch) and MAPS_KEEP_CLASS_TOKEN or None)
         c.close(got, ref.mean_attention_distance(attention, grid_arg, patch), f"mean attention distance of "
                 f"{b}x{h}x{n}x{n} weights on a {grid[0]}x{grid[1]} grid of {patch}-pixel patches",
-                [(hint, lambda kw=kw: _distance(attention, grid, patch, prefix, **kw)) for hint, kw in DISTANCE_HINTS],
+                c.named([s for s in SLIPS if s.exercise == "mean_attention_distance" and s.rule == "output"],
+                        attention, grid_arg, patch),
                 atol=1e-4, shape_hints=[((), "return one distance per head, (h,): average over batch and queries "
                                              "only"), ((b, h), MAPS_PER_IMAGE)])
     hint = MAPS_NO_VALIDATION
@@ -197,11 +132,13 @@ def distance(slip=None):
         if slip == "column major":  # patch i put at row i % gh, column i // gh
             rows, cols = torch.arange(gh * gw) % gh, torch.arange(gh * gw) // gh
         ph, pw = (pw, ph) if slip == "patch swapped" else (ph, pw)
-        ph, pw = (1, 1) if slip == "patches" else (ph, pw)
+        ph, pw = (1, 1) if slip == "patches" else (ph, ph) if slip == "patch height" else (ph, pw)
         centres = torch.stack([(rows.flatten() + 0.5) * ph, (cols.flatten() + 0.5) * pw], -1).float()  # (N, 2)
         diff = centres[:, None] - centres[None]  # (N, N, 2)
         d = {"manhattan": diff.abs().sum(-1), "squared": (diff ** 2).sum(-1)}.get(slip, diff.norm(dim=-1))
-        per_query = (a * d).sum(-1)  # (b, h, N)
+        per_query = (a * d).mean(-1) if slip == "keys averaged" else (a * d).sum(-1)  # (b, h, N)
+        if slip == "heads averaged":  # one number repeated
+            return per_query.mean().expand(a.shape[1])
         return per_query.mean(2) if slip == "per image" else per_query.mean((0, 2))
     return mean_attention_distance
 
@@ -240,6 +177,15 @@ SLIPS = [Slip("mean_attention_distance", name, rule, hint, impl) for name, rule,
     ("keep_class_token", "output", MAPS_KEEP_CLASS_TOKEN, distance("keep class token")),
 
     ("per_image", "output", MAPS_PER_IMAGE, distance("per image")),
+
+    ("patch_height", "output", "only the patch's height is used: patch_size is (Ph, Pw), rows are Ph pixels apart, "
+     "columns Pw", distance("patch height")),
+
+    ("heads_averaged", "output", "the heads are averaged too: one mean distance per head, averaged over the batch "
+     "and the queries only", distance("heads averaged")),
+
+    ("keys_averaged", "output", "the distances are averaged over the keys: weight each by its attention and sum, "
+     "(a * distance).sum(-1)", distance("keys averaged")),
 
     ("no_validation", "error", MAPS_NO_VALIDATION, distance("no validation")),
 

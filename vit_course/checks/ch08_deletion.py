@@ -5,7 +5,6 @@
 import math
 
 import torch
-from einops import rearrange
 
 from .. import faithfulness as ref
 from .. import patches
@@ -37,44 +36,6 @@ DELETE_NO_RANKING_CHECK = "compare ranking.shape with (batch, number of patches)
 DELETE_NO_FRACTION_CHECK = "check 0 <= fraction <= 1 and raise a ValueError"
 
 
-
-def _deleted(images, ranking, fraction, patch_size, lowest=False, order="h w", count=round, batch_wide=False,
-             shared=False, first_channel=False):
-    """delete_patches with the usual slips, for diagnosis: (b, C, H, W)."""
-    b, _, h, w = images.shape
-    ranking = ranking[:1].expand(b, -1) if shared else ranking  # image 0's ranking for every image
-    gh, gw = h // patch_size, w // patch_size
-    k = count(fraction * gh * gw)
-    keep = torch.ones(b, gh * gw)
-    if batch_wide:  # the top patches of the whole batch, not of each image
-        keep.view(-1)[ranking.flatten().topk(k * b, largest=not lowest).indices] = 0.0
-    else:
-        keep.scatter_(1, ranking.topk(k, dim=1, largest=not lowest).indices, 0.0)
-    grid = rearrange(keep, "b (h w) -> b h w", h=gh) if order == "h w" else rearrange(keep, "b (w h) -> b h w", h=gh)
-    mask = grid.repeat_interleave(patch_size, 1).repeat_interleave(patch_size, 2)[:, None]  # (b, 1, H, W)
-    return torch.cat([images[:, :1] * mask, images[:, 1:]], 1) if first_channel else images * mask
-
-
-def _pixels(images, ranking, fraction, patch_size, where="grid"):
-    """Slips that zero one pixel per deleted patch: the pixel at the patch's grid position (``where="grid"``), the
-    pixel numbered like the patch in the flattened image ("flat"), or the patch's top-left pixel ("corner")."""
-    b, c, h, w = images.shape
-    gh, gw = h // patch_size, w // patch_size
-    keep = torch.ones(b, gh * gw).scatter_(1, ranking.topk(round(fraction * gh * gw), dim=1).indices, 0.0)
-    mask = torch.ones(b, 1, h, w)
-    if where == "grid":
-        mask[:, :, :gh, :gw] = rearrange(keep, "b (h w) -> b 1 h w", h=gh)
-    elif where == "flat":
-        mask.view(b, 1, -1)[:, :, :gh * gw] = keep[:, None]
-    elif where == "square":  # a P x P square whose top-left pixel is the patch's (row, column) in the grid
-        for i, index in (keep == 0).nonzero().tolist():
-            r, col = divmod(index, gw)
-            mask[i, :, r:r + patch_size, col:col + patch_size] = 0
-    else:
-        mask[:, :, ::patch_size, ::patch_size] = rearrange(keep, "b (h w) -> b 1 h w", h=gh)
-    return images * mask
-
-
 @check("delete_patches")
 def delete_patches(c, fn):
     """delete_patches(images (b, C, H, W), ranking (b, N), fraction, patch_size) -> the images with the
@@ -88,28 +49,11 @@ def delete_patches(c, fn):
         got = c.call(fn, images, ranking, fraction, p)
         c.ok(got is not images, "your function returned `images` itself", DELETE_SAME_TENSOR)
         expected = ref.delete_patches(images, ranking, fraction, p)
-        c.close(got, expected, f"images after deleting {fraction:.0%} of {n} patches of {p}x{p} in {size}", [
-            (DELETE_LOWEST,
-             lambda: _deleted(images, ranking, fraction, p, lowest=True)),
-            (DELETE_COLUMN_ORDER, lambda: _deleted(images, ranking, fraction, p, order="w h")),
-            (DELETE_GRID_PIXEL, lambda: _pixels(images, ranking, fraction, p)),
-            (DELETE_FLAT_PIXEL, lambda: _pixels(images, ranking, fraction, p,
-                                                                                   "flat")),
-            (DELETE_CORNER_PIXEL, lambda: _pixels(images, ranking, fraction, p, "corner")),
-            (DELETE_GRID_SQUARE, lambda: _pixels(images, ranking, fraction, p, "square")),
-            (DELETE_FIRST_CHANNEL, lambda: _deleted(images, ranking, fraction, p, first_channel=True)),
-            (DELETE_PERCENT,
-             lambda: _deleted(images, ranking, fraction, p, count=lambda v: round(v / 100))),
-            (DELETE_IMAGE_0,
-             lambda: _deleted(images, ranking, fraction, p, shared=True)),
-            (DELETE_INT,
-             lambda: _deleted(images, ranking, fraction, p, count=int)),
-            (DELETE_CEIL,
-             lambda: _deleted(images, ranking, fraction, p, count=math.ceil)),
-            (DELETE_BATCH_WIDE, lambda: _deleted(images, ranking, fraction, p, batch_wide=True)),
-            (DELETE_FILL,
-             lambda: torch.where(expected == 0, got[expected == 0].flatten()[0], images)),
-        ], shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
+        # the record's slips, then a fill of any value (the "fill" slip fills with -1 only)
+        c.close(got, expected, f"images after deleting {fraction:.0%} of {n} patches of {p}x{p} in {size}", c.named(
+            [s for s in SLIPS if s.exercise == "delete_patches" and s.rule == "output"], images, ranking, fraction, p)
+            + [(DELETE_FILL, lambda: torch.where(expected == 0, got[expected == 0].flatten()[0], images))],
+            shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
     images = torch.randn(2, 3, 8, 8, generator=g)
     c.raises(fn, images, torch.randn(2, 3, generator=g), 0.5, 4, rule="error",
              why="a ranking of 3 patches for images of 4 patches of 4x4",

@@ -26,32 +26,6 @@ SIMILARITY_NO_SHAPE_CHECK = ("check the shape: the table must be 2-D (n, D) or 3
                              "grid (the given num_prefix raises that ValueError)")
 
 
-
-def _cosines(table):
-    unit = F.normalize(table, dim=-1)  # (m, D)
-    return unit @ unit.T  # (m, m)
-
-
-def _similarity_hints(pos, grid, prefix):
-    """(hint, thunk) pairs: the similarities that the usual slips give for the table ``pos``."""
-    gh, gw = grid
-    rows = pos.detach().reshape(-1, pos.shape[-1])  # (n, D)
-    table = rows[prefix:]  # (N, D)
-
-    def on_grid(sim, pattern="(h1 w1) (h2 w2) -> h1 w1 h2 w2"):
-        return rearrange(sim, pattern, h1=gh, w1=gw, h2=gh, w2=gw)
-
-    return [
-        (SIMILARITY_DOT_PRODUCTS,
-         lambda: on_grid(table @ table.T)),
-        (SIMILARITY_DROP_LAST_ROWS,
-         lambda: on_grid(_cosines(rows[:gh * gw]))),
-        (SIMILARITY_COLUMNS_FIRST,
-         lambda: on_grid(_cosines(table), "(w1 h1) (w2 h2) -> h1 w1 h2 w2")),
-        (SIMILARITY_WRONG_AXIS, lambda: on_grid(F.normalize(table, dim=0) @ F.normalize(table, dim=0).T)),
-    ]
-
-
 @check("position_embedding_similarity")
 def position_embedding_similarity(c, fn):
     """position_embedding_similarity(pos_embed (1, n, D) or (n, D), grid_size) -> (gh, gw, gh, gw) cosines."""
@@ -69,7 +43,8 @@ def position_embedding_similarity(c, fn):
         n = grid[0] * grid[1]
         c.close(got, ref.position_embedding_similarity(pos, grid_arg),
                 f"similarities of position embeddings {tuple(shape)} on a {grid[0]}x{grid[1]} grid",
-                _similarity_hints(pos, grid, prefix),
+                c.named([s for s in SLIPS if s.exercise == "position_embedding_similarity" and s.rule == "output"],
+                        pos, grid_arg),
                 shape_hints=[((n, n), SIMILARITY_NOT_ON_GRID),
                              ((n + 1, n + 1), "drop the class token's row first, then lay the similarities out "
                                               "on the grid")])

@@ -2,6 +2,7 @@
 into it by name, randomised LayerNorms, the dropout probe (eval mode off, training mode on) and the
 ``attention_weights`` method's test."""
 
+import functools
 import inspect
 
 import torch
@@ -24,6 +25,16 @@ def randomize_norms(module, generator):
                 sub.weight.copy_(torch.rand(sub.weight.shape, generator=generator) + 0.5)
                 sub.bias.copy_(torch.randn(sub.bias.shape, generator=generator) * 0.5)
     return module
+
+
+def twins(slips, reference, args, *inputs, **kwargs):
+    """(slip, thunk) pairs for ``Checker.close``: each slip (a module class) built with ``args`` and the reference's
+    weights, in eval mode, run on the learner's input."""
+    def output(slip):
+        twin = slip.impl(*args).eval()
+        twin.load_state_dict(reference.state_dict())
+        return twin(*inputs, **kwargs)
+    return [(s, functools.partial(output, s)) for s in slips]
 
 
 def only_biases(missing, extra):
