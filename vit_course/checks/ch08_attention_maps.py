@@ -161,34 +161,21 @@ def distance_by_loops(attention, grid_size, patch_size):
 SLIPS = [Slip("mean_attention_distance", name, rule, hint, impl) for name, rule, hint, impl in [
 
     ("patches", "output", MAPS_PATCHES, distance("patches")),
-
     ("no_renorm", "output", MAPS_NO_RENORM, distance("no renorm")),
-
     ("renorm_wrong_axis", "output", MAPS_RENORM_WRONG_AXIS, distance("renorm wrong axis")),
-
     ("squared", "output", MAPS_SQUARED, distance("squared")),
-
     ("manhattan", "output", MAPS_MANHATTAN, distance("manhattan")),
-
     ("column_major", "output", MAPS_COLUMN_MAJOR, distance("column major")),
-
     ("patch_swapped", "output", MAPS_PATCH_SWAPPED, distance("patch swapped")),
-
     ("keep_class_token", "output", MAPS_KEEP_CLASS_TOKEN, distance("keep class token")),
-
     ("per_image", "output", MAPS_PER_IMAGE, distance("per image")),
-
     ("patch_height", "output", "only the patch's height is used: patch_size is (Ph, Pw), rows are Ph pixels apart, "
      "columns Pw", distance("patch height")),
-
     ("heads_averaged", "output", "the heads are averaged too: one mean distance per head, averaged over the batch "
      "and the queries only", distance("heads averaged")),
-
     ("keys_averaged", "output", "the distances are averaged over the keys: weight each by its attention and sum, "
      "(a * distance).sum(-1)", distance("keys averaged")),
-
     ("no_validation", "error", MAPS_NO_VALIDATION, distance("no validation")),
-
     ("in_place", "inputs", IN_PLACE, distance("in place")),
     ("no_grid_check", "error", MAPS_NO_VALIDATION, distance("no grid check")),
 
@@ -197,9 +184,7 @@ SLIPS = [Slip("mean_attention_distance", name, rule, hint, impl) for name, rule,
 VARIANTS = [Variant("mean_attention_distance", name, impl) for name, impl in [
 
     ("reference_mean_attention_distance", ref.mean_attention_distance),
-
     ("distance", distance()),
-
     ("distance_by_loops", distance_by_loops),
 
 ]]
@@ -249,33 +234,19 @@ def rollout_halves(attentions):
 SLIPS += [Slip("attention_rollout", name, rule, hint, impl) for name, rule, hint, impl in [
 
     ("no_identity", "output", MAPS_NO_IDENTITY, rollout("no identity")),
-
     ("no_renorm", "output", MAPS_NO_RENORM, rollout("no renorm")),
-
     ("wrong_axis", "output", MAPS_WRONG_AXIS, rollout("wrong axis")),
-
     ("first_left", "output", MAPS_FIRST_LEFT, rollout("first left")),
-
     ("max", "output", MAPS_MAX, rollout("max")),
-
     ("sum", "output", MAPS_SUM, rollout("sum")),
-
     ("head_0", "output", MAPS_HEAD_0, rollout("head 0")),
-
     ("identity_at_the_end", "output", MAPS_IDENTITY_AT_THE_END, rollout("identity at the end")),
-
     ("no_mean", "output", MAPS_NO_MEAN, rollout("no mean")),
-
     ("skip_first", "output", MAPS_SKIP_FIRST, rollout("skip first")),
-
     ("last_only", "output", MAPS_LAST_ONLY, lambda attentions: rollout()(attentions[-1:])),
-
     ("keep_dtype", "output", MAPS_KEEP_DTYPE, rollout("keep dtype")),
-
     ("no_empty_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no empty check")),
-
     ("no_shape_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no shape check")),
-
     ("in_place", "inputs", IN_PLACE, rollout("in place")),
     ("no_size_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no size check")),
 
@@ -284,9 +255,7 @@ SLIPS += [Slip("attention_rollout", name, rule, hint, impl) for name, rule, hint
 VARIANTS += [Variant("attention_rollout", name, impl) for name, impl in [
 
     ("reference_attention_rollout", ref.attention_rollout),
-
     ("rollout", rollout()),
-
     ("rollout_halves", rollout_halves),
 
 ]]

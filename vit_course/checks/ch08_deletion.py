@@ -127,39 +127,22 @@ def deleting_with_patchify(images, ranking, fraction, patch_size):
 SLIPS = [Slip("delete_patches", name, rule, hint, impl) for name, rule, hint, impl in [
 
     ("lowest", "output", DELETE_LOWEST, deleting("lowest")),
-
     ("column_order", "output", DELETE_COLUMN_ORDER, deleting("column order")),
-
     ("grid_pixel", "output", DELETE_GRID_PIXEL, deleting("grid pixel")),
-
     ("flat_pixel", "output", DELETE_FLAT_PIXEL, deleting("flat pixel")),
-
     ("corner_pixel", "output", DELETE_CORNER_PIXEL, deleting("corner pixel")),
-
     ("grid_square", "output", DELETE_GRID_SQUARE, deleting("grid square")),
-
     ("first_channel", "output", DELETE_FIRST_CHANNEL, deleting("first channel")),
-
     ("percent", "output", DELETE_PERCENT, deleting("percent")),
-
     ("image_0", "output", DELETE_IMAGE_0, deleting("image 0")),
-
     ("int", "output", DELETE_INT, deleting("int")),
-
     ("ceil", "output", DELETE_CEIL, deleting("ceil")),
-
     ("batch_wide", "output", DELETE_BATCH_WIDE, deleting("batch wide")),
-
     ("in_place", "inputs", IN_PLACE, deleting("in place")),
-
     ("same_tensor", "output", DELETE_SAME_TENSOR, deleting("same tensor")),
-
     ("fill", "output", DELETE_FILL, deleting("fill")),
-
     ("no_ranking_check", "error", DELETE_NO_RANKING_CHECK, deleting("no ranking check")),
-
     ("no_fraction_check", "error", DELETE_NO_FRACTION_CHECK, deleting("no fraction check")),
-
     ("unchanged", "output", DELETE_PERCENT, lambda images, ranking, fraction, patch_size: images.clone()),
 
 ]]
@@ -167,9 +150,7 @@ SLIPS = [Slip("delete_patches", name, rule, hint, impl) for name, rule, hint, im
 VARIANTS = [Variant("delete_patches", name, impl) for name, impl in [
 
     ("reference_delete_patches", ref.delete_patches),
-
     ("deleting", deleting()),
-
     ("deleting_with_patchify", deleting_with_patchify),
 
 ]]

@@ -125,25 +125,15 @@ def similarity_by_cosine(pos_embed, grid_size):
 SLIPS = [Slip("position_embedding_similarity", name, rule, hint, impl) for name, rule, hint, impl in [
 
     ("dot_products", "output", SIMILARITY_DOT_PRODUCTS, similarity("dot products")),
-
     ("wrong_axis", "output", SIMILARITY_WRONG_AXIS, similarity("wrong axis")),
-
     ("columns_first", "output", SIMILARITY_COLUMNS_FIRST, similarity("columns first")),
-
     ("not_on_grid", "output", SIMILARITY_NOT_ON_GRID, similarity("not on grid")),
-
     ("keep_class_row", "output", SIMILARITY_KEEP_CLASS_ROW, similarity("keep class row")),
-
     ("drop_last_rows", "output", SIMILARITY_DROP_LAST_ROWS, similarity("drop last rows")),
-
     ("no_detach", "output", SIMILARITY_NO_DETACH, similarity("no detach")),
-
     ("no_float", "output", SIMILARITY_NO_FLOAT, similarity("no float")),
-
     ("no_shape_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no shape check")),
-
     ("flattens_4d", "error", SIMILARITY_NO_SHAPE_CHECK, only_2d_or_3d_tables),
-
     ("in_place", "inputs", IN_PLACE, similarity("in place")),
     ("no_grid_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no grid check")),
 
@@ -152,9 +142,7 @@ SLIPS = [Slip("position_embedding_similarity", name, rule, hint, impl) for name,
 VARIANTS = [Variant("position_embedding_similarity", name, impl) for name, impl in [
 
     ("reference_position_embedding_similarity", ref.position_embedding_similarity),
-
     ("similarity", similarity()),
-
     ("similarity_by_cosine", similarity_by_cosine),
 
 ]]
