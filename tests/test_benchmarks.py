@@ -273,6 +273,9 @@ def test_a_gpu_check_step_that_fails_is_recorded_and_the_check_goes_on():
     failed = gpu_check.step("recipe", "mnist", lambda: 1 / 0)
     assert not failed["ok"] and "ZeroDivisionError" in failed["error"] and failed["seconds"] >= 0
     assert gpu_check.step("parity", "timm", lambda: {"pytest": "15 passed"})["ok"]
+    full = ({("notebook", p.name[:2]) for p in gpu_check.NOTEBOOKS} | {("recipe", r) for r in gpu_check.CHECK_RECIPES}
+            | {("precision", p) for p in gpu_check.PRECISIONS} | {("parity", "timm")})
+    assert full == set(results.GPU_STEPS), "the results page's list of a full run's steps and gpu_check's differ"
 
 
 def test_the_committed_gpu_check_ran_on_a_gpu_and_every_step_it_holds_passed():
