@@ -31,6 +31,7 @@ from .vit import ViT
 # it ends decayed (loop.learning_rate), so a faster machine trains longer instead of stopping at a cap. A GPU would run
 # such a schedule for hundreds of epochs in the same minutes: there it trains gpu_epochs, about what the shipped CPU
 # run reached (``plan``). --epochs N means N epochs on any device.
+GPUS = ("cuda", "mps")  # the devices on which a budgeted recipe trains its gpu_epochs instead (``plan``)
 RECIPES = {
     # A hybrid ViT (the paper's section 3.1): a three-stage conv stem turns a digit into a 4x4 map of 16 tokens,
     # which learns the strokes in the few epochs five minutes allow on the slowest 2-core machine
@@ -203,7 +204,7 @@ def plan(name, device, epochs=None, time_budget=None):
     budget = None if time_budget in (0, float("inf")) else time_budget
     if epochs is not None:
         return _positive(epochs), budget
-    if device.type in ("cuda", "mps") and recipe.get("gpu_epochs"):
+    if device.type in GPUS and recipe.get("gpu_epochs"):
         return recipe["gpu_epochs"], budget
     budget = recipe["time_budget"] if time_budget is None else budget
     if budget is None and recipe["train"]["epochs"] is None:
@@ -218,7 +219,7 @@ def describe_plan(name, device, epochs, budget):
     if epochs is None:
         length = f"as many epochs as {budget:.0f} s hold (the recipe's CPU budget, start-up included)"
     else:
-        gpu_plan = epochs == recipe.get("gpu_epochs") and device.type in ("cuda", "mps")
+        gpu_plan = epochs == recipe.get("gpu_epochs") and device.type in GPUS
         length = f"{epochs} epochs" + (f" (its GPU plan, about what its {recipe['time_budget']} s budget reaches on "
                                        f"a 2-core CPU)" if gpu_plan else "")
         length += f", or {budget:.0f} s if that comes first" if budget is not None else ""
