@@ -80,7 +80,15 @@ def notebook(path, device):
                                "`pip install -e .`, or their wheels on a machine without network)")
         nb = nbformat.read(path, as_version=4)
         with tempfile.TemporaryDirectory() as folder:
-            run(nb, folder, timeout=600)
+            try:
+                run(nb, folder, timeout=600)
+            except Exception as failure:  # the cell that failed and its exception's line, not the coloured traceback
+                failed = [(i, o) for i, cell in enumerate(nb.cells) for o in cell.get("outputs", [])
+                          if o.get("output_type") == "error"]
+                if not failed:
+                    raise
+                cell, error = failed[0]
+                raise RuntimeError(f"cell {cell}: {error['ename']}: {error['evalue']}") from failure
         printed = "".join(output.get("text", "") for output in nb.cells[1].get("outputs", []))
         if f"Using device: {device.type}" not in printed:
             raise RuntimeError(f"the setup cell printed {printed.strip()!r}, not the device {device.type!r}")

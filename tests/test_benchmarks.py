@@ -278,14 +278,25 @@ def test_a_gpu_check_step_that_fails_is_recorded_and_the_check_goes_on():
     assert full == set(results.GPU_STEPS), "the results page's list of a full run's steps and gpu_check's differ"
 
 
-def test_the_committed_gpu_check_ran_on_a_gpu_and_every_step_it_holds_passed():
-    """The record on the results page: a run on a CUDA GPU (not --smoke) whose steps all passed; the page says which
-    steps of a full run it lacks (tools.results.gpu_check)."""
+def test_a_gpu_check_notebook_that_fails_names_its_cell_and_exception(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    path = tmp_path / "01_broken.ipynb"
+    cells = [nbformat.v4.new_markdown_cell("# a chapter"), nbformat.v4.new_code_cell('print("Using device: cpu")'),
+             nbformat.v4.new_code_cell("1 / 0")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    with pytest.raises(RuntimeError, match=r"^cell 2: ZeroDivisionError: division by zero$"):
+        benchmark("gpu_check").notebook(path, torch.device("cpu"))()
+
+
+def test_the_committed_gpu_check_is_a_full_run_on_a_gpu_and_each_failed_step_says_why():
+    """The record on the results page: every step of a full run (not --smoke) on a CUDA GPU; a step that failed
+    keeps its error, whose last line the page shows (tools.results.gpu_check)."""
     record = json.loads((BENCHMARKS / "results" / "gpu_check.json").read_text())
     assert not record["smoke"] and record["device"] != "cpu"
-    steps = {(s["kind"], s["name"]): s["ok"] for s in record["steps"]}
-    assert steps and set(steps) <= set(results.GPU_STEPS), set(steps) - set(results.GPU_STEPS)
-    assert all(steps.values()), {key for key, ok in steps.items() if not ok}
+    assert {(s["kind"], s["name"]) for s in record["steps"]} == set(results.GPU_STEPS)
+    assert all(s["ok"] or s.get("error", "").strip() for s in record["steps"])
+    _, rows = results.gpu_check()
+    assert all(row[3].startswith("failed: ") == (row[1] == "no") for row in rows)
 
 
 def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():

@@ -9,6 +9,7 @@ from each shipped run's ``vit_course/checkpoints/NAME/metrics.json`` and from th
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -194,8 +195,9 @@ def gpu_check(results=BENCHMARKS):
 
 
 def _gpu_result(step):
-    if not step["ok"]:
-        return "failed: " + step.get("error", "").splitlines()[0]
+    if not step["ok"]:  # the error's last line: the exception (a notebook's traceback may be coloured)
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", step.get("error", "")).strip().splitlines()
+        return "failed: " + (lines[-1] if lines else "no error recorded")
     if step["kind"] == "recipe":
         return (f"{step['accuracy']:.2%} test accuracy after {step['epochs']:.2f} of {step['planned_epochs']} "
                 f"epochs ({step['precision']})" + (": cut by the check's time budget" if step["shortened"] else ""))
