@@ -8,38 +8,15 @@ from .. import interpret as ref
 from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_naming, works_on
 
-MAPS_PATCHES = "the distance is in patches, not pixels: multiply the patch-centre coordinates by patch_size"
-MAPS_NO_RENORM = ("the weights on the patches are used as they are: once the class token's column is dropped a row no "
-                  "longer sums to 1, so divide each query's patch weights by their sum")
-MAPS_RENORM_WRONG_AXIS = ("the weights are renormalised over the wrong axis: divide each query's (row's) patch "
-                          "weights by their own sum, a.sum(dim=-1, keepdim=True)")
-MAPS_SQUARED = "these are squared distances: take the square root, the straight-line distance (torch.cdist gives it)"
-MAPS_MANHATTAN = "this is the city-block distance: use the straight-line (Euclidean) distance"
-MAPS_COLUMN_MAJOR = "rows and columns of the grid are swapped: patch i sits at row i // gw, column i % gw"
-MAPS_PATCH_SWAPPED = ("the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels apart, "
-                      "columns Pw")
 MAPS_KEEP_CLASS_TOKEN = ("the class token's row and column are kept: slice the weights to the patches, attention[:, "
                          ":, k:, k:], with k = num_prefix(n, grid_size)")
 MAPS_PER_IMAGE = "average over the batch too: the result is (h,)"
 MAPS_NO_VALIDATION = "call the given check_attention(attention) and num_prefix(n, grid_size) first"
-MAPS_NO_IDENTITY = "the identity (the residual path) is not added: A + I, then renormalise the rows"
-MAPS_NO_RENORM = "the rows are not renormalised after adding the identity: divide each row by its sum"
-MAPS_WRONG_AXIS = ("the rows are renormalised over the wrong axis: divide each row by its own sum, a.sum(dim=-1, "
-                   "keepdim=True)")
-MAPS_FIRST_LEFT = "the layers are multiplied in the wrong order: the last layer goes on the left, R = A_L ... A_1"
-MAPS_MAX = "the heads are combined with max: average them, mean over dim 1"
-MAPS_SUM = "the heads are summed: average them, mean over dim 1"
-MAPS_HEAD_0 = "only head 0 is used: average the heads of each layer, a.mean(dim=1)"
-MAPS_IDENTITY_AT_THE_END = ("the identity is added once, after the product: add it to every layer, A_l + I, "
-                            "renormalise, then multiply")
 MAPS_NO_MEAN = "average over the heads: the rollout is (b, n, n)"
-MAPS_SKIP_FIRST = "the first layer is left out: multiply through every layer, starting with attentions[0]"
-MAPS_LAST_ONLY = "only the last layer is used: multiply through every layer"
 MAPS_KEEP_DTYPE = "convert each layer with .float() first: products of many layers lose precision in float16"
 MAPS_NO_EMPTY_CHECK = ("validate the input: an empty list, weights that are not (b, h, n, n) (call "
                        'check_attention(attention, f"attentions[{i}]")) and layers of different n each raise a '
                        "ValueError")
-
 
 
 def _attention(g, b, h, n):
@@ -111,35 +88,33 @@ RULES = {
 
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
-
-
 def distance(slip=None):
-    """mean_attention_distance as a learner might write it, with one slip switched on."""
+    """mean_attention_distance as a learner might write it, with one slip switched on (named as the slip)."""
     def mean_attention_distance(attention, grid_size, patch_size):
         gh, gw = ref.to_pair(grid_size)
         ph, pw = ref.to_pair(patch_size)
-        if slip != "no validation":
+        if slip != "no_validation":
             ref.check_attention(attention)
-        if slip == "in place":  # "renormalise the rows first", in the caller's tensor
+        if slip == "in_place":  # "renormalise the rows first", in the caller's tensor
             attention = attention.mul_(2) / 2
-        k = attention.shape[-1] - gh * gw if slip in ("no validation", "no grid check") else ref.num_prefix(
+        k = attention.shape[-1] - gh * gw if slip in ("no_validation", "no_grid_check") else ref.num_prefix(
             attention.shape[-1], (gh, gw))
-        k = 0 if slip == "keep class token" else k
+        k = 0 if slip == "keep_class_token" else k
         a = attention[:, :, k:, k:]
-        if slip != "no renorm":
-            a = a / a.sum(-2 if slip == "renorm wrong axis" else -1, keepdim=True)
+        if slip != "no_renorm":
+            a = a / a.sum(-2 if slip == "renorm_wrong_axis" else -1, keepdim=True)
         rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-        if slip == "column major":  # patch i put at row i % gh, column i // gh
+        if slip == "column_major":  # patch i put at row i % gh, column i // gh
             rows, cols = torch.arange(gh * gw) % gh, torch.arange(gh * gw) // gh
-        ph, pw = (pw, ph) if slip == "patch swapped" else (ph, pw)
-        ph, pw = (1, 1) if slip == "patches" else (ph, ph) if slip == "patch height" else (ph, pw)
+        ph, pw = (pw, ph) if slip == "patch_swapped" else (ph, pw)
+        ph, pw = (1, 1) if slip == "patches" else (ph, ph) if slip == "patch_height" else (ph, pw)
         centres = torch.stack([(rows.flatten() + 0.5) * ph, (cols.flatten() + 0.5) * pw], -1).float()  # (N, 2)
         diff = centres[:, None] - centres[None]  # (N, N, 2)
         d = {"manhattan": diff.abs().sum(-1), "squared": (diff ** 2).sum(-1)}.get(slip, diff.norm(dim=-1))
-        per_query = (a * d).mean(-1) if slip == "keys averaged" else (a * d).sum(-1)  # (b, h, N)
-        if slip == "heads averaged":  # one number repeated
+        per_query = (a * d).mean(-1) if slip == "keys_averaged" else (a * d).sum(-1)  # (b, h, N)
+        if slip == "heads_averaged":  # one number repeated
             return per_query.mean().expand(a.shape[1])
-        return per_query.mean(2) if slip == "per image" else per_query.mean((0, 2))
+        return per_query.mean(2) if slip == "per_image" else per_query.mean((0, 2))
     return mean_attention_distance
 
 
@@ -158,59 +133,60 @@ def distance_by_loops(attention, grid_size, patch_size):
     return total / n
 
 
-SLIPS = [Slip("mean_attention_distance", name, rule, hint, impl) for name, rule, hint, impl in [
-
-    ("patches", "output", MAPS_PATCHES, distance("patches")),
-    ("no_renorm", "output", MAPS_NO_RENORM, distance("no renorm")),
-    ("renorm_wrong_axis", "output", MAPS_RENORM_WRONG_AXIS, distance("renorm wrong axis")),
-    ("squared", "output", MAPS_SQUARED, distance("squared")),
-    ("manhattan", "output", MAPS_MANHATTAN, distance("manhattan")),
-    ("column_major", "output", MAPS_COLUMN_MAJOR, distance("column major")),
-    ("patch_swapped", "output", MAPS_PATCH_SWAPPED, distance("patch swapped")),
-    ("keep_class_token", "output", MAPS_KEEP_CLASS_TOKEN, distance("keep class token")),
-    ("per_image", "output", MAPS_PER_IMAGE, distance("per image")),
+SLIPS = [Slip("mean_attention_distance", name, rule, hint, distance(name)) for name, rule, hint in [
+    ("patches", "output", "the distance is in patches, not pixels: multiply the patch-centre coordinates by "
+     "patch_size"),
+    ("no_renorm", "output", "the weights on the patches are used as they are: once the class token's column is dropped "
+     "a row no longer sums to 1, so divide each query's patch weights by their sum"),
+    ("renorm_wrong_axis", "output", "the weights are renormalised over the wrong axis: divide each query's (row's) "
+     "patch weights by their own sum, a.sum(dim=-1, keepdim=True)"),
+    ("squared", "output", "these are squared distances: take the square root, the straight-line distance (torch.cdist "
+     "gives it)"),
+    ("manhattan", "output", "this is the city-block distance: use the straight-line (Euclidean) distance"),
+    ("column_major", "output", "rows and columns of the grid are swapped: patch i sits at row i // gw, column i % gw"),
+    ("patch_swapped", "output", "the patch's height and width are swapped: patch_size is (Ph, Pw), rows are Ph pixels "
+     "apart, columns Pw"),
+    ("keep_class_token", "output", MAPS_KEEP_CLASS_TOKEN),
+    ("per_image", "output", MAPS_PER_IMAGE),
     ("patch_height", "output", "only the patch's height is used: patch_size is (Ph, Pw), rows are Ph pixels apart, "
-     "columns Pw", distance("patch height")),
+     "columns Pw"),
     ("heads_averaged", "output", "the heads are averaged too: one mean distance per head, averaged over the batch "
-     "and the queries only", distance("heads averaged")),
+     "and the queries only"),
     ("keys_averaged", "output", "the distances are averaged over the keys: weight each by its attention and sum, "
-     "(a * distance).sum(-1)", distance("keys averaged")),
-    ("no_validation", "error", MAPS_NO_VALIDATION, distance("no validation")),
-    ("in_place", "inputs", IN_PLACE, distance("in place")),
-    ("no_grid_check", "error", MAPS_NO_VALIDATION, distance("no grid check")),
-
+     "(a * distance).sum(-1)"),
+    ("no_validation", "error", MAPS_NO_VALIDATION),
+    ("in_place", "inputs", IN_PLACE),
+    ("no_grid_check", "error", MAPS_NO_VALIDATION),
 ]]
 
 VARIANTS = [Variant("mean_attention_distance", name, impl) for name, impl in [
-
     ("reference_mean_attention_distance", ref.mean_attention_distance),
     ("distance", distance()),
     ("distance_by_loops", distance_by_loops),
-
 ]]
 
 
 def rollout(slip=None):
-    """attention_rollout as a learner might write it, with one slip switched on."""
+    """attention_rollout as a learner might write it, with one slip switched on (named as the slip)."""
     def attention_rollout(attentions):
-        if slip != "no empty check" and len(attentions) == 0:
+        if slip != "no_empty_check" and len(attentions) == 0:
             raise ValueError("no layers")
         for i, a in enumerate(attentions):
-            if slip != "no shape check":
+            if slip != "no_shape_check":
                 ref.check_attention(a, f"attentions[{i}]")
-            if slip != "no size check" and a.shape[-1] != attentions[0].shape[-1]:
+            if slip != "no_size_check" and a.shape[-1] != attentions[0].shape[-1]:
                 raise ValueError(f"attentions[{i}] has {a.shape[-1]} tokens, attentions[0] {attentions[0].shape[-1]}")
-        dtype = attentions[0].dtype if slip == "keep dtype" else torch.float32
-        layers = attentions[1:] if slip == "skip first" else attentions
+        dtype = attentions[0].dtype if slip == "keep_dtype" else torch.float32
+        layers = {"skip_first": attentions[1:], "last_only": attentions[-1:]}.get(slip, attentions)
         result = torch.eye(attentions[0].shape[-1], dtype=dtype)
         for a in layers:
-            a = a.mul_(2).to(dtype) / 2 if slip == "in place" else a.to(dtype)  # in the caller's tensors
-            a = {"max": a.amax(1), "sum": a.sum(1), "no mean": a, "head 0": a[:, 0]}.get(slip, a.mean(1))
-            a = a if slip in ("no identity", "identity at the end") else a + torch.eye(a.shape[-1], dtype=dtype)
-            if slip not in ("no renorm", "identity at the end"):
-                a = a / a.sum(-2 if slip == "wrong axis" else -1, keepdim=True)
-            result = result @ a if slip == "first left" else a @ result
-        if slip == "identity at the end":
+            a = a.mul_(2).to(dtype) / 2 if slip == "in_place" else a.to(dtype)  # in the caller's tensors
+            a = {"max": a.amax(1), "sum": a.sum(1), "no_mean": a, "head_0": a[:, 0]}.get(slip, a.mean(1))
+            a = a if slip in ("no_identity", "identity_at_the_end") else a + torch.eye(a.shape[-1], dtype=dtype)
+            if slip not in ("no_renorm", "identity_at_the_end"):
+                a = a / a.sum(-2 if slip == "wrong_axis" else -1, keepdim=True)
+            result = result @ a if slip == "first_left" else a @ result
+        if slip == "identity_at_the_end":
             result = result + torch.eye(result.shape[-1], dtype=dtype)
             result = result / result.sum(-1, keepdim=True)
         return result
@@ -231,31 +207,30 @@ def rollout_halves(attentions):
     return result
 
 
-SLIPS += [Slip("attention_rollout", name, rule, hint, impl) for name, rule, hint, impl in [
-
-    ("no_identity", "output", MAPS_NO_IDENTITY, rollout("no identity")),
-    ("no_renorm", "output", MAPS_NO_RENORM, rollout("no renorm")),
-    ("wrong_axis", "output", MAPS_WRONG_AXIS, rollout("wrong axis")),
-    ("first_left", "output", MAPS_FIRST_LEFT, rollout("first left")),
-    ("max", "output", MAPS_MAX, rollout("max")),
-    ("sum", "output", MAPS_SUM, rollout("sum")),
-    ("head_0", "output", MAPS_HEAD_0, rollout("head 0")),
-    ("identity_at_the_end", "output", MAPS_IDENTITY_AT_THE_END, rollout("identity at the end")),
-    ("no_mean", "output", MAPS_NO_MEAN, rollout("no mean")),
-    ("skip_first", "output", MAPS_SKIP_FIRST, rollout("skip first")),
-    ("last_only", "output", MAPS_LAST_ONLY, lambda attentions: rollout()(attentions[-1:])),
-    ("keep_dtype", "output", MAPS_KEEP_DTYPE, rollout("keep dtype")),
-    ("no_empty_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no empty check")),
-    ("no_shape_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no shape check")),
-    ("in_place", "inputs", IN_PLACE, rollout("in place")),
-    ("no_size_check", "error", MAPS_NO_EMPTY_CHECK, rollout("no size check")),
-
+SLIPS += [Slip("attention_rollout", name, rule, hint, rollout(name)) for name, rule, hint in [
+    ("no_identity", "output", "the identity (the residual path) is not added: A + I, then renormalise the rows"),
+    ("no_renorm", "output", "the rows are not renormalised after adding the identity: divide each row by its sum"),
+    ("wrong_axis", "output", "the rows are renormalised over the wrong axis: divide each row by its own sum, "
+     "a.sum(dim=-1, keepdim=True)"),
+    ("first_left", "output", "the layers are multiplied in the wrong order: the last layer goes on the left, R = A_L "
+     "... A_1"),
+    ("max", "output", "the heads are combined with max: average them, mean over dim 1"),
+    ("sum", "output", "the heads are summed: average them, mean over dim 1"),
+    ("head_0", "output", "only head 0 is used: average the heads of each layer, a.mean(dim=1)"),
+    ("identity_at_the_end", "output", "the identity is added once, after the product: add it to every layer, A_l + I, "
+     "renormalise, then multiply"),
+    ("no_mean", "output", MAPS_NO_MEAN),
+    ("skip_first", "output", "the first layer is left out: multiply through every layer, starting with attentions[0]"),
+    ("last_only", "output", "only the last layer is used: multiply through every layer"),
+    ("keep_dtype", "output", MAPS_KEEP_DTYPE),
+    ("no_empty_check", "error", MAPS_NO_EMPTY_CHECK),
+    ("no_shape_check", "error", MAPS_NO_EMPTY_CHECK),
+    ("in_place", "inputs", IN_PLACE),
+    ("no_size_check", "error", MAPS_NO_EMPTY_CHECK),
 ]]
 
 VARIANTS += [Variant("attention_rollout", name, impl) for name, impl in [
-
     ("reference_attention_rollout", ref.attention_rollout),
     ("rollout", rollout()),
     ("rollout_halves", rollout_halves),
-
 ]]
