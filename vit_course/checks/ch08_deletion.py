@@ -10,27 +10,9 @@ from .. import faithfulness as ref
 from .. import patches
 from .core import IN_PLACE, Slip, Variant, check
 
-DELETE_LOWEST = "you deleted the patches ranked lowest: delete the highest-ranked ones (topk, largest=True)"
-DELETE_COLUMN_ORDER = ("the patch numbers were read column by column: patches are numbered row by row from the "
-                       "top-left, as patchify numbers them ('b (h w)')")
-DELETE_GRID_PIXEL = ("the patch numbers were used as pixel positions: each deleted patch is a P x P square of pixels, "
-                     "so scale the (gh, gw) mask up by P on both axes")
-DELETE_FLAT_PIXEL = ("the patch numbers were used as pixel positions: patch i is the P x P square at row i // gw, "
-                     "column i % gw of the grid, pixels [r*P:(r+1)*P, c*P:(c+1)*P]")
-DELETE_CORNER_PIXEL = ("only one pixel of each patch was deleted: a patch is P x P pixels, rows r*P to (r+1)*P - 1 "
-                       "and columns c*P to (c+1)*P - 1")
-DELETE_GRID_SQUARE = ("the patch's grid row and column were used as its pixel position: patch (r, c) covers pixels "
-                      "[r*P:(r+1)*P, c*P:(c+1)*P]")
-DELETE_FIRST_CHANNEL = ("only the first channel was zeroed: a deleted patch is zero in every channel (a (b, 1, H, W) "
-                        "mask broadcasts over them)")
-DELETE_PERCENT = "fraction is a fraction of the patches (0.5 = half of them), not a percentage"
-DELETE_IMAGE_0 = "image 0's ranking was used for every image: each image has its own row of `ranking`"
-DELETE_INT = "round(fraction * N) patches are deleted, not int(fraction * N): int() rounds down"
-DELETE_CEIL = "round(fraction * N) patches are deleted, not math.ceil(fraction * N): math.ceil rounds up"
-DELETE_BATCH_WIDE = ("the highest-ranked patches of the whole batch were deleted: rank each image's patches on their "
-                     "own (topk over dim=1)")
 DELETE_SAME_TENSOR = ("return a new tensor, e.g. images * mask (or images.clone() before changing it): a caller who "
                       "changes the result must not change the input")
+DELETE_PERCENT = "fraction is a fraction of the patches (0.5 = half of them), not a percentage"
 DELETE_FILL = "a deleted patch is zero in the normalised input (the dataset's mean colour), not another value"
 DELETE_NO_RANKING_CHECK = "compare ranking.shape with (batch, number of patches) and raise a ValueError"
 DELETE_NO_FRACTION_CHECK = "check 0 <= fraction <= 1 and raise a ValueError"
@@ -74,20 +56,20 @@ RULES = {
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 def deleting(slip=None):
-    """delete_patches as a learner might write it, with one slip switched on."""
+    """delete_patches as a learner might write it, with one slip switched on (named as the slip)."""
     def delete_patches(images, ranking, fraction, patch_size):
         b, _, h, w = images.shape
         gh, gw = h // patch_size, w // patch_size
-        if slip != "no ranking check" and ranking.shape != (b, gh * gw):
+        if slip != "no_ranking_check" and ranking.shape != (b, gh * gw):
             raise ValueError(f"ranking {tuple(ranking.shape)} is not (batch, patches) = {(b, gh * gw)}")
-        if slip != "no fraction check" and not 0 <= fraction <= 1:
+        if slip != "no_fraction_check" and not 0 <= fraction <= 1:
             raise ValueError(f"fraction {fraction} is not in [0, 1]")
-        if slip == "same tensor" and fraction == 0:
+        if slip == "same_tensor" and fraction == 0:
             return images
         k = {"int": int, "ceil": math.ceil}.get(slip, round)(fraction * gh * gw / (100 if slip == "percent" else 1))
-        ranking = ranking[:1].expand(b, -1) if slip == "image 0" else ranking
-        out = images if slip == "in place" else images.clone()
-        if slip == "batch wide":
+        ranking = ranking[:1].expand(b, -1) if slip == "image_0" else ranking
+        out = images if slip == "in_place" else images.clone()
+        if slip == "batch_wide":
             top = ranking.flatten().topk(k * b).indices
             pairs = [(int(i) // (gh * gw), int(i) % (gh * gw)) for i in top]
         else:
@@ -95,16 +77,16 @@ def deleting(slip=None):
             pairs = [(i, int(p)) for i in range(b) for p in top[i]]
         fill = -1.0 if slip == "fill" else 0.0
         for i, p in pairs:
-            r, c = (p % gh, p // gh) if slip == "column order" else divmod(p, gw)
-            if slip == "grid pixel":
+            r, c = (p % gh, p // gh) if slip == "column_order" else divmod(p, gw)
+            if slip == "grid_pixel":
                 out[i, :, r, c] = fill
-            elif slip == "flat pixel":
+            elif slip == "flat_pixel":
                 out[i, :, p // w, p % w] = fill
-            elif slip == "corner pixel":
+            elif slip == "corner_pixel":
                 out[i, :, r * patch_size, c * patch_size] = fill
-            elif slip == "grid square":
+            elif slip == "grid_square":
                 out[i, :, r:r + patch_size, c:c + patch_size] = fill
-            elif slip == "first channel":
+            elif slip == "first_channel":
                 out[i, :1, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
             else:
                 out[i, :, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
@@ -124,33 +106,36 @@ def deleting_with_patchify(images, ranking, fraction, patch_size):
     return patches.unpatchify(rows, patch_size, tuple(images.shape[-2:]))
 
 
-SLIPS = [Slip("delete_patches", name, rule, hint, impl) for name, rule, hint, impl in [
-
-    ("lowest", "output", DELETE_LOWEST, deleting("lowest")),
-    ("column_order", "output", DELETE_COLUMN_ORDER, deleting("column order")),
-    ("grid_pixel", "output", DELETE_GRID_PIXEL, deleting("grid pixel")),
-    ("flat_pixel", "output", DELETE_FLAT_PIXEL, deleting("flat pixel")),
-    ("corner_pixel", "output", DELETE_CORNER_PIXEL, deleting("corner pixel")),
-    ("grid_square", "output", DELETE_GRID_SQUARE, deleting("grid square")),
-    ("first_channel", "output", DELETE_FIRST_CHANNEL, deleting("first channel")),
-    ("percent", "output", DELETE_PERCENT, deleting("percent")),
-    ("image_0", "output", DELETE_IMAGE_0, deleting("image 0")),
-    ("int", "output", DELETE_INT, deleting("int")),
-    ("ceil", "output", DELETE_CEIL, deleting("ceil")),
-    ("batch_wide", "output", DELETE_BATCH_WIDE, deleting("batch wide")),
-    ("in_place", "inputs", IN_PLACE, deleting("in place")),
-    ("same_tensor", "output", DELETE_SAME_TENSOR, deleting("same tensor")),
-    ("fill", "output", DELETE_FILL, deleting("fill")),
-    ("no_ranking_check", "error", DELETE_NO_RANKING_CHECK, deleting("no ranking check")),
-    ("no_fraction_check", "error", DELETE_NO_FRACTION_CHECK, deleting("no fraction check")),
-    ("unchanged", "output", DELETE_PERCENT, lambda images, ranking, fraction, patch_size: images.clone()),
-
-]]
+SLIPS = [Slip("delete_patches", name, rule, hint, deleting(name)) for name, rule, hint in [
+    ("lowest", "output", "you deleted the patches ranked lowest: delete the highest-ranked ones (topk, largest=True)"),
+    ("column_order", "output", "the patch numbers were read column by column: patches are numbered row by row from "
+     "the top-left, as patchify numbers them ('b (h w)')"),
+    ("grid_pixel", "output", "the patch numbers were used as pixel positions: each deleted patch is a P x P square of "
+     "pixels, so scale the (gh, gw) mask up by P on both axes"),
+    ("flat_pixel", "output", "the patch numbers were used as pixel positions: patch i is the P x P square at row i // "
+     "gw, column i % gw of the grid, pixels [r*P:(r+1)*P, c*P:(c+1)*P]"),
+    ("corner_pixel", "output", "only one pixel of each patch was deleted: a patch is P x P pixels, rows r*P to "
+     "(r+1)*P - 1 and columns c*P to (c+1)*P - 1"),
+    ("grid_square", "output", "the patch's grid row and column were used as its pixel position: patch (r, c) covers "
+     "pixels [r*P:(r+1)*P, c*P:(c+1)*P]"),
+    ("first_channel", "output", "only the first channel was zeroed: a deleted patch is zero in every channel (a (b, 1, "
+     "H, W) mask broadcasts over them)"),
+    ("percent", "output", DELETE_PERCENT),
+    ("image_0", "output", "image 0's ranking was used for every image: each image has its own row of `ranking`"),
+    ("int", "output", "round(fraction * N) patches are deleted, not int(fraction * N): int() rounds down"),
+    ("ceil", "output", "round(fraction * N) patches are deleted, not math.ceil(fraction * N): math.ceil rounds up"),
+    ("batch_wide", "output", "the highest-ranked patches of the whole batch were deleted: rank each image's patches on "
+     "their own (topk over dim=1)"),
+    ("in_place", "inputs", IN_PLACE),
+    ("same_tensor", "output", DELETE_SAME_TENSOR),
+    ("fill", "output", DELETE_FILL),
+    ("no_ranking_check", "error", DELETE_NO_RANKING_CHECK),
+    ("no_fraction_check", "error", DELETE_NO_FRACTION_CHECK),
+]] + [Slip("delete_patches", "unchanged", "output", DELETE_PERCENT, lambda images, ranking, fraction, patch_size:
+           images.clone())]
 
 VARIANTS = [Variant("delete_patches", name, impl) for name, impl in [
-
     ("reference_delete_patches", ref.delete_patches),
     ("deleting", deleting()),
     ("deleting_with_patchify", deleting_with_patchify),
-
 ]]
