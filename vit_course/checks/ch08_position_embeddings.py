@@ -11,15 +11,9 @@ from .. import embeddings as ref
 from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_half, call_naming, works_on
 
-SIMILARITY_DOT_PRODUCTS = "these are dot products: normalise the embeddings to unit length first (cosine similarity)"
-SIMILARITY_WRONG_AXIS = ("the embeddings are normalised over the wrong axis: each embedding (row) to unit length, "
-                         "F.normalize(table, dim=-1)")
-SIMILARITY_COLUMNS_FIRST = "rows and columns of the grid are swapped: rearrange '(h1 w1) (h2 w2) -> h1 w1 h2 w2'"
 SIMILARITY_NOT_ON_GRID = "lay the (N, N) similarities out on the grid: (gh, gw, gh, gw)"
 SIMILARITY_KEEP_CLASS_ROW = ("the class token's row is kept: drop the first k = n - gh * gw rows (the given "
                              "num_prefix(n, grid_size) gives k), then compare the patches' rows")
-SIMILARITY_DROP_LAST_ROWS = ("the last rows were dropped: the class token's row is the first, so keep the rows from k "
-                             "= n - gh * gw on")
 SIMILARITY_NO_DETACH = "call .detach() on the table first (it may be a model's parameter), so the result can be plotted"
 SIMILARITY_NO_FLOAT = "call .float() on the table first: half precision loses the small differences between embeddings"
 SIMILARITY_NO_SHAPE_CHECK = ("check the shape: the table must be 2-D (n, D) or 3-D (1, n, D); and n must hold the "
@@ -76,36 +70,27 @@ RULES = {
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 def similarity(slip=None):
-    """position_embedding_similarity as a learner might write it, with one slip switched on."""
+    """position_embedding_similarity as a learner might write it, with one slip switched on (named as the slip)."""
     def position_embedding_similarity(pos_embed, grid_size):
         gh, gw = ref.to_pair(grid_size)
-        if slip != "no shape check" and (pos_embed.ndim not in (2, 3) or
+        if slip != "no_shape_check" and (pos_embed.ndim not in ((2, 3, 4) if slip == "flattens_4d" else (2, 3)) or
                                          (pos_embed.ndim == 3 and pos_embed.shape[0] != 1)):
             raise ValueError(f"pos_embed must be (1, n, D) or (n, D), got {tuple(pos_embed.shape)}")
-        if slip == "only 3-D checked" and pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
-            raise ValueError("bad table")
-        if slip == "in place":  # "scale the table first", in the caller's tensor
+        if slip == "in_place":  # "scale the table first", in the caller's tensor
             pos_embed.data.mul_(2)
         table = pos_embed.reshape(-1, pos_embed.shape[-1])  # (n, D)
-        table = table if slip == "no detach" else table.detach()
-        table = table if slip == "no float" else table.float()
-        k = table.shape[0] - gh * gw if slip == "no grid check" else ref.num_prefix(table.shape[0], (gh, gw))
-        table = {"keep class row": table, "drop last rows": table[:gh * gw]}.get(slip, table[k:])  # (N, D)
-        if slip != "dot products":
-            table = F.normalize(table, dim=0 if slip == "wrong axis" else -1)
+        table = table if slip == "no_detach" else table.detach()
+        table = table if slip == "no_float" else table.float()
+        k = table.shape[0] - gh * gw if slip == "no_grid_check" else ref.num_prefix(table.shape[0], (gh, gw))
+        table = {"keep_class_row": table, "drop_last_rows": table[:gh * gw]}.get(slip, table[k:])  # (N, D)
+        if slip != "dot_products":
+            table = F.normalize(table, dim=0 if slip == "wrong_axis" else -1)
         sim = table @ table.T  # (N, N)
-        if slip == "not on grid":
+        if slip == "not_on_grid":
             return sim
-        pattern = "(w1 h1) (w2 h2) -> h1 w1 h2 w2" if slip == "columns first" else "(h1 w1) (h2 w2) -> h1 w1 h2 w2"
+        pattern = "(w1 h1) (w2 h2) -> h1 w1 h2 w2" if slip == "columns_first" else "(h1 w1) (h2 w2) -> h1 w1 h2 w2"
         return rearrange(sim, pattern, h1=gh, w1=gw, h2=gh, w2=gw)
     return position_embedding_similarity
-
-
-def only_2d_or_3d_tables(pos_embed, grid_size):
-    """A slip: a 4-D table is flattened instead of rejected (the statement asks for a ValueError)."""
-    if pos_embed.ndim == 3 and pos_embed.shape[0] != 1:
-        raise ValueError(f"pos_embed must be (1, n, D), got {tuple(pos_embed.shape)}")
-    return similarity()(pos_embed.reshape(-1, pos_embed.shape[-1]), grid_size)
 
 
 def similarity_by_cosine(pos_embed, grid_size):
@@ -122,27 +107,27 @@ def similarity_by_cosine(pos_embed, grid_size):
     return sim.reshape(gh, gw, gh, gw)
 
 
-SLIPS = [Slip("position_embedding_similarity", name, rule, hint, impl) for name, rule, hint, impl in [
-
-    ("dot_products", "output", SIMILARITY_DOT_PRODUCTS, similarity("dot products")),
-    ("wrong_axis", "output", SIMILARITY_WRONG_AXIS, similarity("wrong axis")),
-    ("columns_first", "output", SIMILARITY_COLUMNS_FIRST, similarity("columns first")),
-    ("not_on_grid", "output", SIMILARITY_NOT_ON_GRID, similarity("not on grid")),
-    ("keep_class_row", "output", SIMILARITY_KEEP_CLASS_ROW, similarity("keep class row")),
-    ("drop_last_rows", "output", SIMILARITY_DROP_LAST_ROWS, similarity("drop last rows")),
-    ("no_detach", "output", SIMILARITY_NO_DETACH, similarity("no detach")),
-    ("no_float", "output", SIMILARITY_NO_FLOAT, similarity("no float")),
-    ("no_shape_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no shape check")),
-    ("flattens_4d", "error", SIMILARITY_NO_SHAPE_CHECK, only_2d_or_3d_tables),
-    ("in_place", "inputs", IN_PLACE, similarity("in place")),
-    ("no_grid_check", "error", SIMILARITY_NO_SHAPE_CHECK, similarity("no grid check")),
-
+SLIPS = [Slip("position_embedding_similarity", name, rule, hint, similarity(name)) for name, rule, hint in [
+    ("dot_products", "output", "these are dot products: normalise the embeddings to unit length first (cosine "
+     "similarity)"),
+    ("wrong_axis", "output", "the embeddings are normalised over the wrong axis: each embedding (row) to unit length, "
+     "F.normalize(table, dim=-1)"),
+    ("columns_first", "output", "rows and columns of the grid are swapped: rearrange '(h1 w1) (h2 w2) -> h1 w1 h2 "
+     "w2'"),
+    ("not_on_grid", "output", SIMILARITY_NOT_ON_GRID),
+    ("keep_class_row", "output", SIMILARITY_KEEP_CLASS_ROW),
+    ("drop_last_rows", "output", "the last rows were dropped: the class token's row is the first, so keep the rows "
+     "from k = n - gh * gw on"),
+    ("no_detach", "output", SIMILARITY_NO_DETACH),
+    ("no_float", "output", SIMILARITY_NO_FLOAT),
+    ("no_shape_check", "error", SIMILARITY_NO_SHAPE_CHECK),
+    ("flattens_4d", "error", SIMILARITY_NO_SHAPE_CHECK),  # a 4-D table flattened instead of rejected
+    ("in_place", "inputs", IN_PLACE),
+    ("no_grid_check", "error", SIMILARITY_NO_SHAPE_CHECK),
 ]]
 
 VARIANTS = [Variant("position_embedding_similarity", name, impl) for name, impl in [
-
     ("reference_position_embedding_similarity", ref.position_embedding_similarity),
     ("similarity", similarity()),
     ("similarity_by_cosine", similarity_by_cosine),
-
 ]]
