@@ -59,6 +59,11 @@ MERGED_INTERLEAVED = ("your heads' features are interleaved (every h-th feature 
                       "head's d features side by side as one block, the pattern 'b h n d -> b n (h d)'")
 
 
+def _slips(exercise, *rules):
+    """The record's slips of ``exercise`` that break one of ``rules`` (none given: the output)."""
+    return [s for s in SLIPS if s.exercise == exercise and s.rule in (rules or ("output",))]
+
+
 @check("split_heads")
 def split_heads(c, fn):
     """(b, n, h*d) -> (b, h, n, d): head i owns the i-th contiguous block of d features; gradients reach x; a
@@ -67,18 +72,12 @@ def split_heads(c, fn):
     for b, n, width, h in SPLIT_CASES:
         x = torch.randn(b, n, width, generator=g)
         d = width // h
-        got = c.call(fn, x, h)
-        shape_hints = [((b, n, h, d), HEAD_AXIS)]
-        if d != h:
-            shape_hints.append(((b, d, n, h), HEADS_AS_WIDTH))
-        c.close(got, ref.split_heads(x, h), f"split into {h} heads", [
-            (NO_TRANSPOSE, lambda x=x, h=h, d=d: x.reshape(b, h, n, d)),
-            (INTERLEAVED, lambda x=x, h=h: rearrange(x, "b n (d h) -> b h n d", h=h))], shape_hints=shape_hints)
+        c.close(c.call(fn, x, h), ref.split_heads(x, h), f"split into {h} heads", c.named(_slips("split_heads"), x, h),
+                shape_hints=[((b, n, h, d), HEAD_AXIS), ((b, d, n, h), HEADS_AS_WIDTH)])
     gradient_flow(c, fn, lambda t: c.call(fn, t["x"], 3), lambda t: ref.split_heads(t["x"], 3),
                   dict(x=torch.randn(2, 4, 12, generator=g)))
     c.raises(fn, torch.randn(2, 3, 10, generator=g), 4, why="a width of 10 is not divisible by 4 heads",
-             names=(10, 4), hint=SPLIT_ERROR,
-             rule="error")
+             names=(10, 4), hint=SPLIT_ERROR, rule="error")
 
 
 @check("merge_heads")
@@ -89,11 +88,8 @@ def merge_heads(c, fn):
         d = width // h
         x = torch.randn(b, h, n, d, generator=g)
         got = c.call(fn, x)
-        c.close(got, ref.merge_heads(x), "merged heads", [
-            (MERGED_NO_TRANSPOSE, lambda x=x: x.reshape(b, n, width)),
-            (MERGED_INTERLEAVED, lambda x=x: rearrange(x, "b h n d -> b n (d h)"))],
-            shape_hints=[((b, n, h, d), STILL_SPLIT),
-                         ((b, h, n * d), TOKENS_FEATURES)])
+        c.close(got, ref.merge_heads(x), "merged heads", c.named(_slips("merge_heads"), x),
+                shape_hints=[((b, n, h, d), STILL_SPLIT), ((b, h, n * d), TOKENS_FEATURES)])
         c.close(ref.split_heads(got, h), x, "split_heads(merge_heads(x)), which should give x back")
     gradient_flow(c, fn, lambda t: c.call(fn, t["x"]), lambda t: ref.merge_heads(t["x"]),
                   dict(x=torch.randn(2, 3, 4, 5, generator=g)))
@@ -121,8 +117,7 @@ def reference_attention(m, x, mask=None):
 
 def _mha_slips(reference, args, x, mask=None):
     """(slip, thunk) pairs for ``close``: the record's MultiHeadAttention slips of the output and the mask."""
-    return twins([s for s in SLIPS if s.exercise == "MultiHeadAttention" and s.rule in ("output", "mask")],
-                 reference, args, x, mask=mask)
+    return twins(_slips("MultiHeadAttention", "output", "mask"), reference, args, x, mask=mask)
 
 
 @check("MultiHeadAttention")
@@ -158,8 +153,7 @@ def MultiHeadAttention(c, cls):
     _bad_input(c, cls, g)
     c.phase("names")  # qkv_bias=False: a qkv without bias, the same output otherwise
     reference = ref.MultiHeadAttention(12, 3, qkv_bias=False).eval()
-    model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [
-        ("qkv.bias", BIAS_IGNORED)])
+    model = c.load(c.build(cls, 12, 3, qkv_bias=False), reference, [("qkv.bias", BIAS_IGNORED)])
     x = torch.randn(2, 5, 12, generator=g)
     with torch.no_grad():
         c.close(c.call(model, x, label="MultiHeadAttention(12, 3, qkv_bias=False)"), reference(x),
@@ -227,13 +221,12 @@ def _bad_input(c, cls, g):
     c.raises(cls, 10, 3, why="dim=10 is not divisible by num_heads=3", label="MultiHeadAttention",
              hint=INIT_CHECK, rule="error-dim")
     model = c.build(cls, 12, 3)
-    hint = X_CHECK
     with torch.no_grad():
         for x, why in ((torch.randn(2, 5, 13, generator=g), "tokens of width 13 (not dim=12)"),
                        (torch.randn(5, 12, generator=g), "tokens without a batch axis, (n, dim)")):
-            c.raises(model.split_qkv, x, why=why, label="MultiHeadAttention(12, 3).split_qkv", hint=hint,
+            c.raises(model.split_qkv, x, why=why, label="MultiHeadAttention(12, 3).split_qkv", hint=X_CHECK,
                      shapes=[tuple(x.shape)], rule="error-shape")
-            c.raises(model, x, why=why, label="MultiHeadAttention(12, 3)", hint=hint)
+            c.raises(model, x, why=why, label="MultiHeadAttention(12, 3)", hint=X_CHECK)
 
 
 # each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
