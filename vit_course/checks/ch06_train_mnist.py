@@ -81,6 +81,7 @@ TRAIN = ("call model.train() at the start: dropout and DropPath only act in trai
 NO_STEP = ("call loss.backward() and then optimizer.step(), with optimizer.zero_grad() before backward() (zero_grad() "
            "between backward() and step() throws the gradients away)")
 ACCUMULATE = "the gradients accumulate from step to step: call optimizer.zero_grad() before loss.backward()"
+SOFTMAX = "softmax is applied before cross_entropy: F.cross_entropy takes the raw logits"
 SLIPS = [
     Slip("train_step", "no_train", "train-mode", TRAIN, _train_step(train=False)),
     Slip("train_step", "no_zero_grad", "step", ACCUMULATE, _train_step(zero=None)),
@@ -88,8 +89,7 @@ SLIPS = [
     Slip("train_step", "no_step", "step", NO_STEP, _train_step(step=False)),
     Slip("train_step", "no_smoothing", "loss", "label_smoothing is ignored: pass it on, F.cross_entropy(..., "
          "label_smoothing=label_smoothing)", _train_step(smoothing=False)),
-    Slip("train_step", "softmax", "loss", "softmax is applied before cross_entropy: F.cross_entropy takes the raw "
-         "logits", _train_step(softmax=True)),
+    Slip("train_step", "softmax", "loss", SOFTMAX, _train_step(softmax=True)),
     Slip("train_step", "nll", "loss", "F.nll_loss expects log-probabilities: apply log_softmax first, or use "
          "F.cross_entropy on the raw logits", _train_step(loss="nll")),
     Slip("train_step", "smoothing_k-1", "loss", "label smoothing spreads epsilon over all K classes, the true one "
@@ -169,7 +169,6 @@ def _one_step(c, fn, mine, theirs, smoothing, step, g):
                ACCUMULATE if step > 0 else "one zero_grad, one backward and one step per call")
     c.tests += 1
     learner.calls.clear()
-
 
 
 # ---- the catalogue of evaluate
@@ -252,8 +251,7 @@ SLIPS += [
          _evaluate(percent=True)),
     Slip("evaluate", "smoothing", "output", "this loss is label-smoothed: evaluate measures the plain cross-entropy "
          "(label smoothing belongs to training only)", _evaluate(smoothing=0.1)),
-    Slip("evaluate", "softmax", "output", "softmax is applied before cross_entropy: F.cross_entropy takes the raw "
-         "logits", _evaluate(softmax=True)),
+    Slip("evaluate", "softmax", "output", SOFTMAX, _evaluate(softmax=True)),
     Slip("evaluate", "count_first", "batches", GENERATOR, _evaluate(count_first=True)),
     Slip("evaluate", "len", "batches", GENERATOR, _evaluate(count_first="len")),
     Slip("evaluate", "not_restored", "restore", RESTORE, _evaluate(restore=None)),
@@ -345,7 +343,7 @@ def _schedule(kind=None):
     return warmup_cosine
 
 
-SCHEDULE = [
+SLIPS += [Slip("warmup_cosine", kind, "output", hint, _schedule(kind)) for kind, hint in [
     ("warmup0", "the warmup is off by one: step 0 should already get base_lr / warmup_steps, base_lr * (step + 1) / "
                 "warmup_steps, so no step is wasted at lr 0"),
     ("warmup+1", "the warmup divides by warmup_steps + 1: base_lr * (step + 1) / warmup_steps reaches base_lr at the "
@@ -367,9 +365,8 @@ SCHEDULE = [
     ("degrees", "math.cos takes radians: cos(pi * t) with math.pi, not cos(180 * t)"),
     ("no_max", "with total_steps == warmup_steps the cosine phase has length 0: divide by max(1, total_steps - "
                "warmup_steps), as the formula says"),
-]
-SLIPS += [Slip("warmup_cosine", kind, "output", hint, _schedule(kind)) for kind, hint in SCHEDULE]
-SLIPS += [Slip("warmup_cosine", "tensor", "output", PLAIN_NUMBER, _schedule("tensor"))]
+    ("tensor", PLAIN_NUMBER),
+]]
 SLIPS_OF = {s.name: s for s in SLIPS}
 
 
