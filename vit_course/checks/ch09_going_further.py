@@ -61,7 +61,7 @@ OLD_IGNORED = ("with a valid old_grid given, lay the patches out on old_grid (h=
 SWAPPED = ("rows and columns are swapped (the patches laid out, or flattened back, columns first): both use (h w), "
            "rows first: '1 (h w) d -> 1 d h w' with h=gh, then '1 d h w -> 1 (h w) d'")
 KEEP = "keep the first num_prefix_tokens rows as they are and concatenate them back in front of the resized grid"
-OUTPUT = [  # (name, hint, knobs)
+SLIPS = [Slip("resample_position_embeddings", name, "output", hint, _resample(**knobs)) for name, hint, knobs in [
     ("bilinear", "this is bilinear interpolation: use mode='bicubic' (as timm does)", dict(mode="bilinear")),
     ("nearest", "this is nearest-neighbour interpolation: use mode='bicubic' (as timm does)", dict(mode="nearest")),
     ("align", "align_corners=True: use align_corners=False, as timm does", dict(align=True)),
@@ -79,8 +79,7 @@ OUTPUT = [  # (name, hint, knobs)
              "and resize that", dict(layout="flat")),
     ("dropped", "the class token's embedding was dropped: " + KEEP, dict(prefix="dropped")),
     ("appended", "the class token's embedding is put back at the end: " + KEEP, dict(prefix="end")),
-]
-SLIPS = [Slip("resample_position_embeddings", name, "output", hint, _resample(**knobs)) for name, hint, knobs in OUTPUT]
+]]
 SLIPS += [
     Slip("resample_position_embeddings", "float32", "dtype", "interpolate in float32 (`.float()`: bicubic has no "
          "float16 version on every device), then convert the result back with .to(pos_embed.dtype)",
