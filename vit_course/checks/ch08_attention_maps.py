@@ -37,13 +37,8 @@ def attention_rollout(c, fn):
     half = [_attention(g, 2, 2, 4).half() for _ in range(2)]
     got = c.call(fn, half)
     if torch.is_tensor(got) and got.dtype != torch.float32:
-        c.fail(f"float16 weights gave a {got.dtype} rollout, expected float32",
-               MAPS_KEEP_DTYPE)
+        c.fail(f"float16 weights gave a {got.dtype} rollout, expected float32", MAPS_KEEP_DTYPE)
     c.close(got, ref.attention_rollout(half), "rollout of float16 weights", atol=1e-3)
-    _rollout_errors(c, fn, g)
-
-
-def _rollout_errors(c, fn, g):
     hint = MAPS_NO_EMPTY_CHECK
     c.raises(fn, [], why="an empty list of layers", hint=hint, rule="error")
     c.raises(fn, [_attention(g, 2, 3, 4).mean(1)], why="weights of shape (2, 4, 4), without a head axis", hint=hint)
