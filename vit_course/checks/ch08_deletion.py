@@ -38,8 +38,7 @@ def delete_patches(c, fn):
             shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
     images = torch.randn(2, 3, 8, 8, generator=g)
     c.raises(fn, images, torch.randn(2, 3, generator=g), 0.5, 4, rule="error",
-             why="a ranking of 3 patches for images of 4 patches of 4x4",
-             hint=DELETE_NO_RANKING_CHECK)
+             why="a ranking of 3 patches for images of 4 patches of 4x4", hint=DELETE_NO_RANKING_CHECK)
     c.raises(fn, images, torch.randn(2, 4, generator=g), 1.5, 4, why="fraction=1.5 is not in [0, 1]",
              hint=DELETE_NO_FRACTION_CHECK)
 
@@ -78,18 +77,11 @@ def deleting(slip=None):
         fill = -1.0 if slip == "fill" else 0.0
         for i, p in pairs:
             r, c = (p % gh, p // gh) if slip == "column_order" else divmod(p, gw)
-            if slip == "grid_pixel":
-                out[i, :, r, c] = fill
-            elif slip == "flat_pixel":
-                out[i, :, p // w, p % w] = fill
-            elif slip == "corner_pixel":
-                out[i, :, r * patch_size, c * patch_size] = fill
-            elif slip == "grid_square":
-                out[i, :, r:r + patch_size, c:c + patch_size] = fill
-            elif slip == "first_channel":
-                out[i, :1, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
-            else:
-                out[i, :, r * patch_size:(r + 1) * patch_size, c * patch_size:(c + 1) * patch_size] = fill
+            rows, cols = {  # where each slip writes; the statement's: the patch's P x P square
+                "grid_pixel": (r, c), "flat_pixel": (p // w, p % w), "corner_pixel": (r * patch_size, c * patch_size),
+                "grid_square": (slice(r, r + patch_size), slice(c, c + patch_size)),
+            }.get(slip, (slice(r * patch_size, (r + 1) * patch_size), slice(c * patch_size, (c + 1) * patch_size)))
+            out[i, slice(1) if slip == "first_channel" else slice(None), rows, cols] = fill
         return out
     return delete_patches
 
