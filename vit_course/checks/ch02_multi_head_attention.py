@@ -144,8 +144,7 @@ def MultiHeadAttention(c, cls):
                     _mha_slips(reference, (dim, heads), x, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, reference_attention(reference, x)[1], label, mask,
-                                    reference_attention(reference, x, mask)[1],
-                                    [((batch, n, n), PER_HEAD)],
+                                    reference_attention(reference, x, mask)[1], [((batch, n, n), PER_HEAD)],
                                     required=WEIGHTS_REQUIRED)
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
                       dict(x=x), model, reference)

@@ -44,9 +44,8 @@ def _window(images, padding, dy, dx, flipped, knob=None):
         cols = torch.where(flipped[:, None], span[1].flip(0), span[1])  # (b, W)
         cols = (dx[:, None] - padding + cols) % w
     else:
-        mode, value = ("reflect", 0.0) if knob == "reflect" else ("constant", 1.0 if knob == "value" else 0.0)
-        source = F.pad(images.float(), (padding,) * 4, mode=mode, value=value) if mode == "constant" else F.pad(
-            images.float(), (padding,) * 4, mode=mode)
+        source = F.pad(images.float(), (padding,) * 4, mode="reflect") if knob == "reflect" else F.pad(
+            images.float(), (padding,) * 4, value=1.0 if knob == "value" else 0.0)
         source, width = source.to(images.dtype), w if knob == "flat_w" else w + 2 * padding
         rows = dy[:, None] + (span[0].flip(0) if knob == "upside" else span[0]).expand(b, h)  # (b, H)
         rows = torch.where(flipped[:, None], rows, dy[:, None] + span[0]) if knob == "upside" else rows
