@@ -1,10 +1,5 @@
-"""Chapter 06's exercises: train_step, evaluate and the learning-rate schedule warmup_cosine.
-
-The record holds each exercise's check, its rules (``RULES``), its catalogue of slips (``SLIPS``: each wrong
-implementation written once, from the smallest description that produces it, with the rule it breaks and the hint
-it earns) and of accepted variants (``VARIANTS``). A check names a learner's mistake by running the catalogue on the
-same input; the checks' tests feed every slip and variant to its check.
-"""
+"""Chapter 06's exercises: train_step, evaluate and the learning-rate schedule warmup_cosine: checks and rules (each
+slip written as the knob of a small factory that produces it, named by running it on the learner's input)."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called in the loop iteration that builds it)
 

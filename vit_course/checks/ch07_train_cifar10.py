@@ -1,9 +1,7 @@
-"""Chapter 07's exercises: random_crop_flip (tested by its properties: it is random) and pool_tokens.
+"""Chapter 07's exercises: random_crop_flip (tested by its properties: it is random) and pool_tokens: checks and rules.
 
-The record holds each exercise's check, its rules (``RULES``), its catalogue of slips (``SLIPS``: each wrong
-implementation written once, with the rule it breaks and the hint it earns) and of accepted variants
-(``VARIANTS``). random_crop_flip's slips that cut the wrong window are written as that window (``_window``'s
-``knob``): the check names one when every sample is a window the slip could have cut.
+random_crop_flip's slips that cut the wrong window are written as that window (``_window``'s ``knob``): the check
+names one when every sample is a window the slip could have cut.
 """
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)

@@ -1,9 +1,5 @@
-"""Chapter 09's exercise: resample_position_embeddings (bicubic on the patch grid, prefix kept, dtype kept).
-
-The record holds the check, its rules (``RULES``), its catalogue of slips (``SLIPS``: each wrong implementation
-written once, as the knob of ``_resample`` that produces it, with the rule it breaks and the hint it earns) and of
-accepted variants (``VARIANTS``). The check names a wrong output by running the catalogue on the same input.
-"""
+"""Chapter 09's exercise: resample_position_embeddings (bicubic on the patch grid, prefix kept, dtype kept): check
+and rules (each slip written as the knob of ``_resample`` that produces it)."""
 
 import torch
 import torch.nn.functional as F
