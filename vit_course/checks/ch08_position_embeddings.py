@@ -32,8 +32,7 @@ def position_embedding_similarity(c, fn):
         grid_arg = grid[0] if grid[0] == grid[1] else grid
         got = call_naming(c, fn, pos, grid_arg, cause=lambda: prefix and works_on(
             fn, pos[..., prefix:, :], grid_arg) and SIMILARITY_KEEP_CLASS_ROW or None)
-        c.ok(not (torch.is_tensor(got) and got.requires_grad), "the result still requires grad",
-             SIMILARITY_NO_DETACH)
+        c.ok(not (torch.is_tensor(got) and got.requires_grad), "the result still requires grad", SIMILARITY_NO_DETACH)
         n = grid[0] * grid[1]
         c.close(got, ref.position_embedding_similarity(pos, grid_arg),
                 f"similarities of position embeddings {tuple(shape)} on a {grid[0]}x{grid[1]} grid",
