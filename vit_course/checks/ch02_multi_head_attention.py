@@ -228,30 +228,13 @@ def _bad_input(c, cls, g):
             c.raises(model, x, why=why, label="MultiHeadAttention(12, 3)", hint=X_CHECK)
 
 
-# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
-# and the words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "split_heads": {
-        "output": "head $i$ owning the $i$-th contiguous block of $d$ features",
-        "error": "Raise a `ValueError` naming both numbers",
-        "gradient": "Gradients flow back to `x`",
-    },
-    "merge_heads": {
-        "output": "`(b, h, n, d)` becomes `(b, n, h*d)`",
-        "gradient": "Gradients flow back to `x`",
-    },
-    "MultiHeadAttention": {
-        "attributes": "store `dim`, `num_heads` and `head_dim = dim // num_heads`",
-        "names": "create `qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)`",
-        "split_qkv": "split the `qkv` output into queries, keys and values of shape `(b, h, n, d)` each",
-        "output": "Then merge the heads and apply `proj` and `proj_drop`. Returns `(b, n, dim)`",
-        "mask": "attn_mask=mask",
-        "attention_weights": "`attention_weights(x, mask=None)`: the weights `(b, h, n, n)`",
-        "dropout": "only in training mode",
-        "error-dim": "raise a `ValueError` if `dim` is not divisible by `num_heads`",
-        "error-shape": "raise a `ValueError` naming the shape otherwise",
-        "gradient": "Gradients flow back to `x`, `qkv` and `proj`",
-    },
+    "split_heads": ("output", "error", "gradient"),
+    "merge_heads": ("output", "gradient"),
+    "MultiHeadAttention": ("attributes", "names", "split_qkv", "output", "mask", "attention_weights", "dropout",
+        "error-dim", "error-shape", "gradient"),
 }
 
 

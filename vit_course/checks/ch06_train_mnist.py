@@ -13,24 +13,12 @@ from torch import nn
 from .. import train as ref
 from .core import IN_PLACE, PLAIN_NUMBER, Slip, Variant, check
 
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "train_step": {
-        "train-mode": "put the model in training mode",
-        "loss": "the loss of this batch as a Python `float`",
-        "float32": "(on float32 logits)",
-        "step": "clear the old gradients; backpropagate; step the optimizer",
-    },
-    "evaluate": {
-        "output": "`(mean_loss, accuracy)`: the cross-entropy averaged over all samples",
-        "batches": "`batches`, any iterable of `(x, y)` pairs",
-        "eval-mode": "Run without gradients and in eval mode",
-        "no-grad": "Run without gradients",
-        "restore": "leave the model in the mode it came in",
-        "error": "If there were no batches at all, raise a `ValueError`",
-    },
-    "warmup_cosine": {
-        "output": "the formula above",
-    },
+    "train_step": ("train-mode", "loss", "float32", "step"),
+    "evaluate": ("output", "batches", "eval-mode", "no-grad", "restore", "error"),
+    "warmup_cosine": ("output",),
 }
 
 

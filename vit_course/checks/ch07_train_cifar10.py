@@ -14,20 +14,11 @@ from .core import IN_PLACE, Slip, Variant, check
 from .gradients import CUT, CUT_AT, gradient_flow
 from .probes import TorchCalls
 
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "random_crop_flip": {
-        "output": "Sample $i$ is the $H \\times W$ window of its zero-padded image",
-        "offsets": "both uniform in $0..2p$ and drawn independently per sample",
-        "flip": "mirrored left-right with probability $1/2$ (one coin per sample)",
-        "loop": "No Python loop",
-        "generator": "Draw the random numbers with the helper",
-        "error": "raise `ValueError` for images that are not 4-D or a negative padding",
-    },
-    "pool_tokens": {
-        "output": "for `\"cls\"` the class token's state, token 0; for `\"mean\"` the average of the patch tokens",
-        "error": "Raise `ValueError` for `pool=\"cls\"` without a class token, and for any other `pool`",
-        "gradient": "Gradients flow back to `x`",
-    },
+    "random_crop_flip": ("output", "offsets", "flip", "loop", "generator", "error"),
+    "pool_tokens": ("output", "error", "gradient"),
 }
 
 

@@ -68,17 +68,11 @@ def mean_attention_distance(c, fn):
     c.raises(fn, _attention(g, 2, 3, 5), 3, 4, why="5 tokens cannot hold a 3x3 grid of patches", hint=hint)
 
 
-# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
-# and the words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "mean_attention_distance": {
-        "output": "$(h,)$, the mean attention distance of each head in pixels",
-        "error": "`ValueError` when `attention` isn't $(b, h, n, n)$",
-    },
-    "attention_rollout": {
-        "output": "$R$, a float32 tensor $(b, n, n)$ whose rows sum to 1",
-        "error": "`ValueError` for an empty list",
-    },
+    "mean_attention_distance": ("output", "error"),
+    "attention_rollout": ("output", "error"),
 }
 
 

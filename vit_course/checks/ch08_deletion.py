@@ -43,13 +43,10 @@ def delete_patches(c, fn):
              hint=DELETE_NO_FRACTION_CHECK)
 
 
-# the exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule) and the
-# words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "delete_patches": {
-        "output": "the `round(fraction * N)` patches with the highest scores are zero",
-        "error": "`ValueError` when `ranking` isn't $(b, N)$ for these images, or `fraction` is outside $[0, 1]$",
-    },
+    "delete_patches": ("output", "error"),
 }
 
 

@@ -9,12 +9,10 @@ from .. import patches as ref
 from .core import IN_PLACE, Slip, Variant, check
 from .probes import call_half
 
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "resample_position_embeddings": {
-        "output": "the prefix rows unchanged, then the patch embeddings resized **bicubically** on their 2D grid",
-        "dtype": "with the same dtype",
-        "error": "`ValueError` when `old_grid` is `None` and $N$ is not a square",
-    },
+    "resample_position_embeddings": ("output", "dtype", "error"),
 }
 
 

@@ -25,9 +25,7 @@ TUPLE = ("return the one tensor asked for, not a tuple: a forward returns its ou
 DOUBLE = ("a float64 result: numpy arrays, `torch.tensor` of Python floats and `.double()` are float64; compute with "
           "torch operations on the inputs (or convert back, `.to(x.dtype)`)")
 NAN = "a division by zero, a sqrt or log of a negative number, or a row whose every score is -inf (fully masked)"
-COURSE_RULES = {  # the rules every check applies, stated once, where chapter 01 says how the checks work
-    "inputs": "leaves its inputs unchanged",
-}
+COURSE_RULES = ("inputs",)  # every check: learner code leaves its inputs unchanged (chapter 01 states it)
 
 
 @dataclass(frozen=True)
