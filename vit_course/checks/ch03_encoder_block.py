@@ -3,6 +3,7 @@ options, drop path while training): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
+import contextlib
 import math
 
 import torch
@@ -628,56 +629,38 @@ class _Block(ref.EncoderBlock):
     def forward(self, x, mask=None):
         slip = self.slip
         attn = lambda y: self.attn(y, mask=None if slip == "nomask" else mask)  # noqa: E731
+        norm1, norm2, mlp = self.ln1 if slip == "ln1" else self.norm1, self.norm2, self.mlp
         ls1, ls2 = {"swap_ls": (self.ls2, self.ls1), "no_ls": (nn.Identity(), nn.Identity())}.get(
             slip, (self.ls1, self.ls2))
-        if slip == "ln1":
-            x = x + attn(self.ln1(x))
-            return x + self.mlp(self.norm2(x))
-        if slip == "post":
-            x = self.norm1(x + attn(x))
-            return self.norm2(x + self.mlp(x))
-        if slip == "shared":
-            x = x + attn(self.norm1(x))
-            return x + self.mlp(self.norm1(x))
-        if slip == "nores":
-            x = attn(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
-        if slip == "parallel":
-            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
-        if slip == "norm_in_residual":
-            x = self.norm1(x) + attn(self.norm1(x))
-            return self.norm2(x) + self.mlp(self.norm2(x))
-        if slip == "mlp_first":
-            x = x + self.mlp(self.norm2(x))
-            return x + attn(self.norm1(x))
-        if slip == "residual_normalised":
-            x = self.norm1(x)
-            x = x + attn(x)
-            return x + self.mlp(self.norm2(x))
-        if slip == "no_mlp_residual":
-            return self.mlp(self.norm2(x + attn(self.norm1(x))))
-        if slip == "no_residuals":
-            return self.mlp(self.norm2(attn(self.norm1(x))))
-        if slip == "mlp_unnormalised":
-            x = x + attn(self.norm1(x))
-            return x + self.mlp(x)
-        if slip == "around_sum":
-            x = self.drop_path1(x + ls1(attn(self.norm1(x))))
-            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
+        wired = {  # the wrong wirings: (the attention's update, then the MLP's), each a function of the x it is given
+            "post": (lambda y: norm1(y + attn(y)), lambda y: norm2(y + mlp(y))),
+            "shared": (lambda y: y + attn(norm1(y)), lambda y: y + mlp(norm1(y))),
+            "nores": (lambda y: attn(norm1(y)), lambda y: y + mlp(norm2(y))),
+            "norm_in_residual": (lambda y: norm1(y) + attn(norm1(y)), lambda y: norm2(y) + mlp(norm2(y))),
+            "mlp_first": (lambda y: y + mlp(norm2(y)), lambda y: y + attn(norm1(y))),
+            "residual_normalised": (lambda y: norm1(y) + attn(norm1(y)), lambda y: y + mlp(norm2(y))),
+            "no_mlp_residual": (lambda y: y + attn(norm1(y)), lambda y: mlp(norm2(y))),
+            "no_residuals": (lambda y: attn(norm1(y)), lambda y: mlp(norm2(y))),
+            "mlp_unnormalised": (lambda y: y + attn(norm1(y)), lambda y: y + mlp(y)),
+            "around_sum": (lambda y: self.drop_path1(y + ls1(attn(norm1(y)))),
+                           lambda y: self.drop_path2(y + ls2(mlp(norm2(y))))),
+        }
+        if slip in wired:
+            first, second = wired[slip]
+            return second(first(x))
+        if slip == "parallel":  # both branches read the block's input
+            return x + attn(norm1(x)) + mlp(norm2(x))
         if slip == "eval_drop_path":
             keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
-            x = x + keep * attn(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
-        if slip == "attn_no_grad":
-            with torch.no_grad():
-                branch = attn(self.norm1(x))
-        else:
-            branch = attn(self.norm1(x))
+            x = x + keep * attn(norm1(x))
+            return x + mlp(norm2(x))
+        with torch.no_grad() if slip == "attn_no_grad" else contextlib.nullcontext():
+            branch = attn(norm1(x))
         if slip == "in_place":
             x += self.drop_path1(ls1(branch))
         else:
             x = (x.detach() if slip == "residual_detached" else x) + self.drop_path1(ls1(branch))
-        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
+        return x + self.drop_path2(ls2(mlp(norm2(x))))
 
 
 def _block(slip):
