@@ -4,6 +4,7 @@ options, drop path while training): checks and rules."""
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
 import contextlib
+import itertools
 import math
 
 import torch
@@ -336,30 +337,29 @@ def _drop_path(c, cls, g):
             out = c.tensor(c.call(model, x, label=f"{label} in training mode"), "output in training mode", x.shape)
         finally:
             model.eval()
-        attn, mlp = (lambda y: reference.attn(reference.norm1(y))), (lambda y: reference.mlp(reference.norm2(y)))
 
-        def fits(around_sum=False):  # {(attention kept, MLP kept): (b,) bool, the sample matches}
-            found = {}
-            for a in (0, 2):
-                y = a * (x + attn(x)) if around_sum else x + a * attn(x)
-                for m in (0, 2):
-                    z = m * (y + mlp(y)) if around_sum else y + m * mlp(y)
-                    found[a, m] = (z - out).abs().flatten(1).amax(1) < 1e-4
-            return found
+        def fits(block):  # (4, b) bool: the sample matches a block wired as ``block`` whose (attention, MLP) branches
+            # are (dropped, dropped), (dropped, kept), (kept, dropped), (kept, kept); each drop path made a fixed
+            # factor, a LayerScale of all 0 (dropped) or all 2 (kept, scaled by 1/(1-p))
+            rows = []
+            for a, m in itertools.product((0, 2), (0, 2)):
+                twin = block(8, 2, 2.0).eval()
+                twin.load_state_dict(reference.state_dict())
+                twin.drop_path1, twin.drop_path2 = ref.LayerScale(8, a), ref.LayerScale(8, m)
+                rows.append((twin(x) - out).abs().flatten(1).amax(1) < 1e-4)
+            return torch.stack(rows)
 
-        ignored = (BLOCK_IGNORED)
         c.ok(not torch.allclose(out, reference(x), atol=1e-5), "in training mode with drop_path=0.5 no residual "
-             "branch was ever dropped", ignored)
-        found = fits()
-        matched = torch.stack(list(found.values())).any(0)
-        if not matched.all():
-            hint = (BLOCK_AROUND_SUM if torch.stack(list(fits(True).values())).any(0).all() else
-                    "drop or keep each residual branch whole, scaled by 1/(1-p): x = x + drop_path1(ls1(attn(norm1("
-                    "x)))); x = x + drop_path2(ls2(mlp(norm2(x))))")
-            c.fail(f"in training mode, {int((~matched).sum())} of {len(x)} samples are not x plus each residual "
-                   "branch either dropped or kept (and scaled by 1/(1-p) = 2)", hint)
-        c.ok(not found[2, 2].all(), "in training mode with drop_path=0.5 no residual branch was ever dropped",
-             ignored)
+             "branch was ever dropped", BLOCK_IGNORED)
+        matched = fits(ref.EncoderBlock)
+        if not matched.any(0).all():
+            wiring = c.diagnose(_slips(c, "drop_path"), lambda wrong: wrong.any(0).all(), fits)
+            c.fail(f"in training mode, {int((~matched.any(0)).sum())} of {len(x)} samples are not x plus each "
+                   "residual branch either dropped or kept (and scaled by 1/(1-p) = 2)", wiring or "drop or keep each "
+                   "residual branch whole, scaled by 1/(1-p): x = x + drop_path1(ls1(attn(norm1(x)))); x = x + "
+                   "drop_path2(ls2(mlp(norm2(x))))")
+        c.ok(not matched[-1].all(), "in training mode with drop_path=0.5 no residual branch was ever dropped",
+             BLOCK_IGNORED)
 
 
 def _dropouts(c, cls, g):
