@@ -21,20 +21,11 @@ from .wiring import dropout_wiring
 
 BLOCK_NAMES = "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)"
 BLOCK_NO_BIAS = "the Linear layers need their bias: nn.Linear(dim, hidden_dim) (bias=True is the default)"
-BLOCK_RELU = "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()"
-BLOCK_TANH = "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() (approximate='none')"
-BLOCK_RESIDUAL_INSIDE = ("the input is added to the MLP's output: the residual belongs to the encoder block, the MLP "
-                         "returns fc2's output alone")
 BLOCK_NO_DROP2 = ("fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return "
                   "self.drop2(self.fc2(x))")
 BLOCK_ONE_DROPOUT = ("two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = nn.Dropout(drop) after "
                      "fc2 (timm's names: one shared module reads as a single dropout)")
 BLOCK_EPS_PARAMETER = "LayerNorm has two parameters of size dim, `weight` (ones) and `bias` (zeros)"
-BLOCK_UNBIASED = ("this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, `x.var(-1, "
-                  "unbiased=False)`")
-BLOCK_EPS_OUTSIDE = "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + eps)"
-BLOCK_TORCH_DEFAULT = ("the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and timm's "
-                       "value; PyTorch's default is 1e-5)")
 BLOCK_IN_EVAL = "DropPath is only active in training: return x when `not self.training` (or p == 0)"
 BLOCK_ELEMENTWISE = ("draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element (that would "
                      "be dropout)")
@@ -44,34 +35,15 @@ BLOCK_MASK_3D = ("the mask's shape is hard-coded for 3-D x: give it x.ndim axes,
 BLOCK_NO_CHECK = "in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)"
 BLOCK_DROP_PROB = "keep the probability as self.p = p: the given extra_repr reads it"
 BLOCK_LN1 = "two LayerNorms, norm1 (before attention) and norm2 (before the MLP)"
-BLOCK_POST_NORM = ("this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
-                   "attn(norm1(x)); x = x + mlp(norm2(x))")
-BLOCK_NO_RESIDUAL = "the residual connection around attention is missing: x = x + attn(norm1(x))"
-BLOCK_PARALLEL = ("both branches read the same x (a parallel block): the MLP reads the x updated by attention, x = x "
-                  "+ attn(norm1(x)); x = x + mlp(norm2(x))")
-BLOCK_NO_MASK = "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)"
 BLOCK_QKV_BIAS = "qkv_bias=False seems ignored: pass it on, MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, ...)"
-BLOCK_SWAP_LS = "ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch"
-BLOCK_AROUND_SUM = ("DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
-                    "drop_path1(ls1(attn(norm1(x))))")
 BLOCK_IGNORED = ("drop_path seems ignored: drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity(), and "
                  "the same for drop_path2, each applied to its branch")
 BLOCK_NO_PROJ_DROP = ("pass the rates on: MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
                       "proj_drop=drop) and MLP(dim, int(dim * mlp_ratio), drop=drop)")
-NO_ACTIVATION = "there is no activation between fc1 and fc2: add nn.GELU()"
-NOT_AFFINE = "weight and bias are not applied: scale by `weight` and shift by `bias` at the end"
-EPS_IGNORED = "eps seems ignored or hard-coded: use the eps given to the constructor"
-NORM_AXIS = ("the mean and variance are taken over the wrong axis: normalise each token over its own "
-                             "features, the last axis")
 KEEP_IS_P = "p is the probability to drop (bernoulli of 1 - p keeps)"
-SHARED_NORM = ("the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
-                         "before the MLP")
-NO_LAYERSCALE = ("with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, "
-                              "nn.Identity()")
-LS_NOT_APPLIED = ("LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the MLP "
-                              "branch")
-EVAL_RANDOM = ("dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, "
-                              "which are off in eval mode")
+NO_LAYERSCALE = "with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity()"
+EVAL_RANDOM = ("dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, which are off "
+               "in eval mode")
 PLAIN_TENSOR = "a plain tensor is neither learned nor saved"
 NEW_NORM = "a new norm only standardises"
 UNBIASED = "so the expected output equals the input"
@@ -670,10 +642,12 @@ def _block(slip):
 SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
     ("names", "names", BLOCK_NAMES, MLPNames),
     ("no_bias", "names", BLOCK_NO_BIAS, _mlp("no_bias")),
-    ("relu", "output", BLOCK_RELU, _mlp("relu")),
-    ("tanh", "output", BLOCK_TANH, _mlp("tanh")),
-    ("no_activation", "output", NO_ACTIVATION, _mlp("no_act")),
-    ("residual_inside", "output", BLOCK_RESIDUAL_INSIDE, _mlp("residual_inside")),
+    ("relu", "output", "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()", _mlp("relu")),
+    ("tanh", "output", "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() "
+     "(approximate='none')", _mlp("tanh")),
+    ("no_activation", "output", "there is no activation between fc1 and fc2: add nn.GELU()", _mlp("no_act")),
+    ("residual_inside", "output", "the input is added to the MLP's output: the residual belongs to the encoder block, "
+     "the MLP returns fc2's output alone", _mlp("residual_inside")),
     ("act_after_fc2", "output", "the activation is applied after fc2 as well (or only there): it goes between fc1 "
      "and fc2", _mlp("act_after_fc2")),
     ("functional", "dropout", MLP_EVAL, _mlp("functional")),
@@ -690,17 +664,23 @@ SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl i
     ("plain_tensors", "parameters", PLAIN_TENSOR, _layer_norm("plain_tensors")),
     ("no_parameters", "parameters", PLAIN_TENSOR, _layer_norm("no_parameters")),
     ("random_start", "parameters", NEW_NORM, _layer_norm("random_start")),
-    ("unbiased", "output", BLOCK_UNBIASED, _layer_norm(unbiased=True)),
-    ("eps_outside", "output", BLOCK_EPS_OUTSIDE, _layer_norm(eps_outside=True)),
-    ("not_affine", "output", NOT_AFFINE, _layer_norm(affine=False)),
-    ("eps_ignored", "output", EPS_IGNORED, _layer_norm(eps=1e-5)),
-    ("axis", "output", NORM_AXIS, _layer_norm(axis=0)),
+    ("unbiased", "output", "this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, "
+     "`x.var(-1, unbiased=False)`", _layer_norm(unbiased=True)),
+    ("eps_outside", "output", "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + "
+     "eps)", _layer_norm(eps_outside=True)),
+    ("not_affine", "output", "weight and bias are not applied: scale by `weight` and shift by `bias` at the end",
+     _layer_norm(affine=False)),
+    ("eps_ignored", "output", "eps seems ignored or hard-coded: use the eps given to the constructor",
+     _layer_norm(eps=1e-5)),
+    ("axis", "output", "the mean and variance are taken over the wrong axis: normalise each token over its own "
+     "features, the last axis", _layer_norm(axis=0)),
     ("whole_tensor", "output", "the mean and variance are taken over the whole tensor: normalise each token over "
      "its own features, x.mean(-1, keepdim=True)", _layer_norm(axis="all")),
     ("no_bias", "output", "the bias is not added: scale by `weight`, then shift by `bias`", _layer_norm(bias=False)),
     ("mean_of_squares", "output", "the variance is the mean of x squared, E[x^2]: take it of the centred x, "
      "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)", _layer_norm(raw_var=True)),
-    ("torch_default", "eps", BLOCK_TORCH_DEFAULT, _layer_norm("torch_default")),
+    ("torch_default", "eps", "the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and "
+     "timm's value; PyTorch's default is 1e-5)", _layer_norm("torch_default")),
     ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
     ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
     ("x_minus_mean", "inputs", IN_PLACE, _layer_norm("in_place")),
@@ -721,13 +701,19 @@ SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name) if impl is None els
 ]]
 SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
     ("ln1", "names", BLOCK_LN1, _block("ln1")),
-    ("post_norm", "output", BLOCK_POST_NORM, _block("post")),
-    ("no_residual", "output", BLOCK_NO_RESIDUAL, _block("nores")),
-    ("parallel", "output", BLOCK_PARALLEL, _block("parallel")),
-    ("no_mask", "mask", BLOCK_NO_MASK, _block("nomask")),
+    ("post_norm", "output", "this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
+     "attn(norm1(x)); x = x + mlp(norm2(x))", _block("post")),
+    ("no_residual", "output", "the residual connection around attention is missing: x = x + attn(norm1(x))",
+     _block("nores")),
+    ("parallel", "output", "both branches read the same x (a parallel block): the MLP reads the x updated by "
+     "attention, x = x + attn(norm1(x)); x = x + mlp(norm2(x))", _block("parallel")),
+    ("no_mask", "mask", "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
+     _block("nomask")),
     ("qkv_bias", "options", BLOCK_QKV_BIAS, _block("qkv_bias")),
-    ("swap_ls", "options", BLOCK_SWAP_LS, _block("swap_ls")),
-    ("around_sum", "drop_path", BLOCK_AROUND_SUM, _block("around_sum")),
+    ("swap_ls", "options", "ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch",
+     _block("swap_ls")),
+    ("around_sum", "drop_path", "DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
+     "drop_path1(ls1(attn(norm1(x))))", _block("around_sum")),
     ("ignored", "drop_path", BLOCK_IGNORED, _block("drop_path")),
     ("residual_detached", "gradient", CUT_AT, _block("residual_detached")),
     ("attn_no_grad", "gradient", CUT_AT, _block("attn_no_grad")),
@@ -736,7 +722,8 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
     ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("proj_drop")),
     ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
     ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
-    ("shared_norm", "output", SHARED_NORM, _block("shared")),
+    ("shared_norm", "output", "the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
+     "before the MLP", _block("shared")),
     ("norm_in_residual", "output", "the residual adds the normalised x: add the branch to x itself, x = x + "
      "attn(norm1(x))", _block("norm_in_residual")),
     ("no_mlp_residual", "output", "the residual connection around the MLP is missing: x = x + mlp(norm2(x))",
@@ -749,7 +736,8 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
     ("mlp_unnormalised", "output", "the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))",
      _block("mlp_unnormalised")),
     ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
-    ("ls_not_applied", "options", LS_NOT_APPLIED, _block("no_ls")),
+    ("ls_not_applied", "options", "LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the "
+     "MLP branch", _block("no_ls")),
     ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),
 ]]
 
