@@ -125,7 +125,6 @@ def _layer_norm_parameters(c, cls):
         tensor = getattr(model, name, None)
         c.ok(isinstance(tensor, nn.Parameter), f"`{name}` should be an nn.Parameter, got {describe(tensor)}",
              f"self.{name} = nn.Parameter(torch.{init}(dim)): {PLAIN_TENSOR}")
-    return model
 
 
 def _layer_norm_defaults(c, cls, g):
@@ -159,8 +158,7 @@ def DropPath(c, cls):
         with torch.no_grad():
             out = c.call(module, x, label=label + " in eval mode")
             c.tensor(out, "output in eval mode", x.shape, x.dtype)
-            c.ok(torch.equal(out, x), "in eval mode the output should be the input unchanged",
-                 BLOCK_IN_EVAL)
+            c.ok(torch.equal(out, x), "in eval mode the output should be the input unchanged", BLOCK_IN_EVAL)
             module.train()
             out = c.tensor(c.call(module, x, label=label + " in training mode"), "output in training mode",
                            x.shape, x.dtype)
@@ -181,8 +179,7 @@ def DropPath(c, cls):
         _drop_path_gradient(c, cls, module, p, g)
     c.phase("error")
     for p in (1.0, -0.1):
-        c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
-                 hint=BLOCK_NO_CHECK)
+        c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath", hint=BLOCK_NO_CHECK)
     c.phase("p")
     module = c.build(cls, 0.25)
     try:  # print(model) calls the given extra_repr, which reads self.p
@@ -190,8 +187,8 @@ def DropPath(c, cls):
     except Exception as error:
         c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", BLOCK_DROP_PROB)
     c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
-         f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
-         "given extra_repr (what print(model) shows) and the ViT's checks read it")
+         f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the given extra_repr (what "
+         "print(model) shows) and the ViT's checks read it")
 
 
 def _dropped_whole(c, out, x, p):
@@ -214,8 +211,7 @@ def _dropped_whole(c, out, x, p):
          f"{scale.min().item():.4g} and {scale.max().item():.4g}")
     rate, sd = dropped.float().mean().item(), (p * (1 - p) / len(x)) ** 0.5
     c.ok(abs(rate - p) < 5 * sd, f"with p={p} about {p:.0%} of the samples should be dropped, you dropped "
-         f"{rate:.1%}", KEEP_IS_P if abs(rate - (1 - p)) < 5 * sd
-         else None)
+         f"{rate:.1%}", KEEP_IS_P if abs(rate - (1 - p)) < 5 * sd else None)
 
 
 def _drop_path_gradient(c, cls, module, p, g):
@@ -290,8 +286,7 @@ def _options(c, cls, g):
     with torch.no_grad():
         got = c.call(model, x, label=f"{label} in eval mode")
         c.ok(torch.equal(c.tensor(got, "output in eval mode", x.shape), c.call(model, x, label=label)),
-             "in eval mode two calls on the same input gave different outputs",
-             EVAL_RANDOM)
+             "in eval mode two calls on the same input gave different outputs", EVAL_RANDOM)
         c.close(got, reference(x), f"output in eval mode with {SHOWN}",
                 twins(_slips(c, "options"), reference, (8, 2, 2.0, *OPTIONS.values()), x), atol=1e-4)
 
