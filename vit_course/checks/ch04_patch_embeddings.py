@@ -14,7 +14,7 @@ from .. import patches as ref
 from .core import IN_PLACE, NAME_VALUES, Slip, Variant, check
 from .gradients import CUT_AT, gradient_flow
 from .messages import describe, known
-from .modules import only_biases
+from .modules import only_biases, twins
 
 PATCH_CHANNELS_FIRST = ("each patch is flattened channels-first, (c p1 p2): the course flattens it as (p1 p2 c), "
                         "pixel by pixel with the channels innermost, 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)' "
@@ -49,19 +49,6 @@ PATCH_SHIFTED = ("the positions are shifted: row 0 of pos_embed belongs to the c
                                     "1..N to the patches; prepend the class token first, then add pos_embed")
 PATCH_CLS_NO_POSITION = ("the class token got no position and the patches got rows 0..N-1: prepend the "
                                     "class token first, then add all of pos_embed")
-ORDERS = [  # (hint, einops pattern of a wrong patchify)
-    (PATCH_CHANNELS_FIRST,
-     "b c (h p1) (w p2) -> b (h w) (c p1 p2)"),
-    (PATCH_COLUMNS,
-     "b c (h p1) (w p2) -> b (w h) (p1 p2 c)"),
-    ("the patches run column by column and are flattened channels-first: use 'b c (h p1) (w p2) -> b (h w) "
-     "(p1 p2 c)'", "b c (h p1) (w p2) -> b (w h) (c p1 p2)"),
-    ("each patch is flattened column by column, (p2 p1 c): flatten it row by row, (p1 p2 c)",
-     "b c (h p1) (w p2) -> b (h w) (p2 p1 c)"),
-]
-RESHAPED = ("the image was only reshaped: a patch's pixels are not next to each other in memory; split the height "
-            "and width into (h p1) and (w p2) and bring p1, p2 next to the channels, 'b c (h p1) (w p2) -> b (h w) "
-            "(p1 p2 c)'")
 EXPAND = ("one class token (1, 1, D) cannot be glued to a batch of b sequences: expand it to the batch first, "
           "cls_token.expand(b, -1, -1), then concatenate along the token axis (dim=1)")
 NO_CLASS_TOKEN = ("cls_token is None for a model without a class token: prepend it only `if cls_token is not None`, "
@@ -69,13 +56,9 @@ NO_CLASS_TOKEN = ("cls_token is None for a model without a class token: prepend 
 PATCH_CASES = ((2, 3, 12, 8, 4), (1, 1, 28, 28, 7), (3, 2, 6, 9, 3), (2, 3, 5, 5, 5), (1, 4, 2, 2, 1))
 
 
-def _wrong_patchify(images, p, pattern):
-    return rearrange(images, pattern, p1=p, p2=p)
-
-
-def _wrong_unpatchify(patches, p, size, pattern):
-    left, right = pattern.split(" -> ")
-    return rearrange(patches, f"{right} -> {left}", p1=p, p2=p, h=size[0] // p, w=size[1] // p)
+def _slips(c, *rules):
+    """The record's slips of the exercise ``c`` checks that break one of ``rules``."""
+    return [s for s in SLIPS if s.exercise == c.name and s.rule in rules]
 
 
 @check("patchify")
@@ -87,8 +70,7 @@ def patchify(c, fn):
         images = torch.randn(b, ch, height, width, generator=g)
         got = c.call(fn, images, p)
         c.close(got, ref.patchify(images, p), f"patches of a {height}x{width} image with patch size {p}",
-                [(hint, lambda i=images, p=p, pat=pattern: _wrong_patchify(i, p, pat)) for hint, pattern in ORDERS]
-                + [(RESHAPED, lambda i=images, p=p: i.reshape(b, -1, p * p * ch))],
+                c.named(_slips(c, "output"), images, p),
                 shape_hints=[((b, ch * p * p, height * width // p // p), PATCH_UNFOLD_LAYOUT)])
     images = torch.randn(2, 3, 8, 12, generator=g)
     gradient_flow(c, fn, lambda t: c.call(fn, t["images"], 4), lambda t: ref.patchify(t["images"], 4),
@@ -113,10 +95,8 @@ def unpatchify(c, fn):
         c.phase("image-size" if isinstance(size, int) else "output")
         got = c.call(fn, patches, p, size)
         c.close(got, images, f"image rebuilt from patches of size {p} (image_size={size})",
-                [(hint.replace("patchify", "unpatchify"), lambda q=patches, p=p, pat=pattern:
-                  _wrong_unpatchify(q, p, (height, width), pat)) for hint, pattern in ORDERS],
-                shape_hints=[((b, height, width, ch), PATCH_CHANNELS_LAST),
-                             ((b, ch, width, height), PATCH_SIDES_SWAPPED)])
+                c.named(_slips(c, "output"), patches, p, size), shape_hints=[
+                    ((b, height, width, ch), PATCH_CHANNELS_LAST), ((b, ch, width, height), PATCH_SIDES_SWAPPED)])
     c.phase("output")
     images = torch.randn(2, 3, 8, 12, generator=g)
     c.close(c.call(fn, ref.patchify(images, 4), 4, images.shape[-2:]), images, "image rebuilt with image_size="
@@ -159,11 +139,10 @@ def PatchEmbedding(c, cls):
                                   ("proj", "the projection is one Linear `proj` (P*P*in_channels -> dim)")])
         c.phase("output")
         images = torch.randn(b, ch, size, size, generator=g)
-        proj = reference.proj
         with torch.no_grad():
             got = c.call(model, images, label=shown)
             c.close(got, reference(images), "patch tokens",
-                    [(hint, lambda pat=pattern: proj(_wrong_patchify(images, p, pat))) for hint, pattern in ORDERS],
+                    twins(_slips(c, "output"), reference, (size, p, ch, dim), images),
                     shape_hints=[((b, dim, size // p, size // p), PATCH_CONV_MAP)])
         c.phase("names")
         c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
@@ -212,8 +191,7 @@ def add_class_token_and_position(c, fn):
         pos = torch.randn(1, n + 1, dim, generator=g)
         got = c.call(fn, tokens, cls_token, pos, errors=[("Sizes of tensors must match except in dimension", EXPAND)])
         c.close(got, ref.add_class_token_and_position(tokens, cls_token, pos), "tokens with class token and "
-                "positions", c.named([s for s in SLIPS if s.exercise == "add_class_token_and_position"
-                                      and s.rule == "output"], tokens, cls_token, pos), shape_hints=[
+                "positions", c.named(_slips(c, "output"), tokens, cls_token, pos), shape_hints=[
                     ((b, n, dim), "the class token was not prepended: concatenate it in front of the patch tokens "
                      "(expand it to the batch first)"),
                     ((1, n + 1, dim), "expand the class token to the batch: cls_token.expand(b, -1, -1)")])
@@ -301,9 +279,16 @@ def unpatchify_reshape(patches, p, size):
     return grid.permute(0, 5, 1, 3, 2, 4).reshape(b, -1, height, width)
 
 
-def unpatchify_columns(patches, p, size):
-    height, width = (size, size) if isinstance(size, int) else size
-    return rearrange(patches, "b (w h) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
+def _ordered(pattern, inverse=False):
+    """patchify with the einops ``pattern`` (a wrong order), or with ``inverse`` the unpatchify that undoes it."""
+    def patchify(images, p):
+        return rearrange(images, pattern, p1=p, p2=p)
+
+    def unpatchify(patches, p, size):
+        left, right = pattern.split(" -> ")
+        height, width = ref.to_pair(size)
+        return rearrange(patches, f"{right} -> {left}", p1=p, p2=p, h=height // p, w=width // p)
+    return unpatchify if inverse else patchify
 
 
 def unpatchify_no_grid(patches, p, size):
@@ -325,12 +310,6 @@ class PatchEmbeddingConv(nn.Module):
         if tuple(images.shape[1:]) != (self.in_channels, *self.image_size):
             raise ValueError(f"images {tuple(images.shape)} do not fit {self.image_size}")
         return self.proj(images).flatten(2).transpose(1, 2)  # (b, N, dim)
-
-
-class PatchEmbeddingChannelsFirst(ref.PatchEmbedding):
-    def forward(self, images):
-        p = self.patch_size
-        return self.proj(rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p))
 
 
 class PatchEmbeddingMap(PatchEmbeddingConv):
@@ -443,9 +422,9 @@ def unpatchify_resize(patches, p, size):
 
 
 class PatchEmbeddingSlip(ref.PatchEmbedding):
-    """The reference PatchEmbedding with one slip."""
+    """The reference PatchEmbedding with one slip, ``slip``, or patches in the wrong order ``pattern`` (einops)."""
 
-    slip = None
+    slip = pattern = None
 
     def __init__(self, image_size, patch_size, in_channels, dim):
         if self.slip == "patch_pair":
@@ -465,12 +444,12 @@ class PatchEmbeddingSlip(ref.PatchEmbedding):
             images /= images.abs().max()
         if self.slip == "weight_data":
             return F.linear(ref.patchify(images, self.patch_size), self.proj.weight.data, self.proj.bias)
-        patches = ref.patchify(images, self.patch_size)
+        patches = (_ordered(self.pattern) if self.pattern else ref.patchify)(images, self.patch_size)
         return self.proj(patches.detach() if self.slip == "detached" else patches)
 
 
-def patch_embedding(slip):
-    return type("PatchEmbedding", (PatchEmbeddingSlip,), {"slip": slip})
+def patch_embedding(slip=None, pattern=None):
+    return type("PatchEmbedding", (PatchEmbeddingSlip,), {"slip": slip, "pattern": pattern})
 
 
 def embed_slip(slip):
@@ -489,11 +468,18 @@ def embed_slip(slip):
         return tokens + (pos_embed.data if slip == "pos_data" else pos_embed)
     return add_class_token_and_position
 
+
+ORDERS = [  # (name, hint, einops pattern of a wrong patchify): slips of patchify, of unpatchify (the inverse) and of
+    # PatchEmbedding (its patches projected); patchify's channels-first one is F.unfold's, patchify_F_unfold
+    ("channels_first", PATCH_CHANNELS_FIRST, "b c (h p1) (w p2) -> b (h w) (c p1 p2)"),
+    ("columns", PATCH_COLUMNS, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)"),
+    ("columns_channels_first", "the patches run column by column and are flattened channels-first: use 'b c (h p1) "
+     "(w p2) -> b (h w) (p1 p2 c)'", "b c (h p1) (w p2) -> b (w h) (c p1 p2)"),
+    ("p2_p1", "each patch is flattened column by column, (p2 p1 c): flatten it row by row, (p1 p2 c)",
+     "b c (h p1) (w p2) -> b (h w) (p2 p1 c)"),
+]
 SLIPS = [Slip("patchify", name, rule, hint, impl) for name, rule, hint, impl in [
     ("channels_first", "output", PATCH_CHANNELS_FIRST, patchify_F_unfold),
-    ("columns", "output", PATCH_COLUMNS,
-     lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)", p1=p,
-                                                                  p2=p)),
     ("unfold_drops", "error-sides", PATCH_UNFOLD_DROPS, patchify_silent),
     ("no_ndim", "error-ndim", PATCH_UNFOLD_DROPS, lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1)),
     ("detach", "gradient", CUT_AT, patchify_detached),
@@ -504,11 +490,12 @@ SLIPS = [Slip("patchify", name, rule, hint, impl) for name, rule, hint, impl in 
     ("unfold", "output", PATCH_UNFOLD_LAYOUT, lambda x, p: F.unfold(x, p, stride=p)),
     ("no_check_sides", "error-sides", PATCH_UNFOLD_DROPS,
      lambda x, p: rearrange(x, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=p, p2=p)),
-    ("reshaped", "output", RESHAPED,
+    ("reshaped", "output", "the image was only reshaped: a patch's pixels are not next to each other in memory; "
+     "split the height and width into (h p1) and (w p2) and bring p1, p2 next to the channels, 'b c (h p1) (w p2) -> "
+     "b (h w) (p1 p2 c)'",
      lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else x.reshape(len(x), -1, p * p * x.shape[1])),
-]]
+]] + [Slip("patchify", name, "output", hint, _ordered(pattern)) for name, hint, pattern in ORDERS[1:]]
 SLIPS += [Slip("unpatchify", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("columns", "output", PATCH_COLUMNS, unpatchify_columns),
     ("int", "image-size", known('cannot unpack non-iterable int object'), unpatchify_pair_only),
     ("no_check", "error-sides", PATCH_NO_CHECK, unpatchify_no_check),
     ("no_ndim", "error-ndim", PATCH_NO_CHECK, unpatchify_checks(ndim=False)),
@@ -523,7 +510,7 @@ SLIPS += [Slip("unpatchify", name, rule, hint, impl) for name, rule, hint, impl 
     ("sides_swapped", "output", PATCH_SIDES_SWAPPED,
      lambda q, p, s: unpatchify_reshape(q, p, s if isinstance(s, int) else s[::-1])),
     ("square_guess", "output", PATCH_SIDES_SWAPPED, unpatchify_square_guess),
-]]
+]] + [Slip("unpatchify", name, "output", hint, _ordered(pattern, inverse=True)) for name, hint, pattern in ORDERS]
 SLIPS += [Slip("PatchEmbedding", name, rule, hint, impl) for name, rule, hint, impl in [
     ("size_int", "attributes", PATCH_SIZE_INT, type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {})),
     ("patch_pair", "attributes", known("not supported between instances of 'tuple' and 'int'"),
@@ -531,14 +518,13 @@ SLIPS += [Slip("PatchEmbedding", name, rule, hint, impl) for name, rule, hint, i
     ("no_grid", "attributes", PATCH_NO_GRID, PatchEmbeddingNoGrid),
     ("no_bias", "names", PATCH_NO_BIAS, PatchEmbeddingNoBias),
     ("conv_proj", "names", PATCH_CONV_PROJ, PatchEmbeddingConv),
-    ("channels_first", "output", PATCH_CHANNELS_FIRST, PatchEmbeddingChannelsFirst),
     ("conv_map", "output", PATCH_CONV_MAP, PatchEmbeddingMap),
     ("floored", "error-init", PATCH_FLOORED, patch_embedding("floored")),
     ("no_check", "error-shape", PATCH_PATCHEMBEDDING_NO_CHECK, PatchEmbeddingNoShapeCheck),
     ("detached", "gradient", CUT_AT, patch_embedding("detached")),
     ("weight_data", "gradient", CUT_AT, patch_embedding("weight_data")),
     ("normalised", "inputs", IN_PLACE, patch_embedding("in_place")),
-]]
+]] + [Slip("PatchEmbedding", name, "output", hint, patch_embedding(pattern=pattern)) for name, hint, pattern in ORDERS]
 SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name, rule, hint, impl in [
     ("appended", "output", PATCH_APPENDED, lambda t, c, p: torch.cat([t, c.expand(len(t), -1, -1)], 1) + p),
     ("no_expand", "output", EXPAND, embed_slip("no_expand")),
