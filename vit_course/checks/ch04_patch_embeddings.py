@@ -19,7 +19,6 @@ from .modules import only_biases, twins
 PATCH_CHANNELS_FIRST = ("each patch is flattened channels-first, (c p1 p2): the course flattens it as (p1 p2 c), "
                         "pixel by pixel with the channels innermost, 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)' "
                         "(F.unfold gives (c p1 p2))")
-PATCH_COLUMNS = "the patches run column by column: read them row by row from the top-left, (h w), not (w h)"
 PATCH_UNFOLD_DROPS = ("check the input first: images.ndim == 4, and both sides divisible by the patch size "
                       "(patch_grid(images.shape[-2:], patch_size) raises the right error)")
 PATCH_NO_CHECK = ("check the patches' shape against patch_grid(image_size, patch_size) (which checks the sides) and "
@@ -36,19 +35,13 @@ PATCH_CONV_MAP = ("this is a Conv2d's (b, dim, gh, gw) feature map: flatten it t
 PATCH_FLOORED = "in __init__, get the grid from patch_grid(image_size, patch_size), which raises the ValueError"
 PATCH_PATCHEMBEDDING_NO_CHECK = ("check the images in forward: images.ndim == 4 and tuple(images.shape[1:]) == "
                                  "(self.in_channels, *self.image_size), else raise a ValueError")
-PATCH_APPENDED = "the class token is appended: prepend it, so it is token 0"
 PATCH_SLICED = ("compare tokens.shape[1:] with pos_embed.shape[1:] after prepending, and raise a ValueError naming "
                 "both shapes")
 PATCH_UNFOLD_LAYOUT = ("this is F.unfold's (b, c*P*P, N) layout: transpose to (b, N, ...) and reorder each patch "
-                            "to (p1 p2 c)")
+                       "to (p1 p2 c)")
 PATCH_CHANNELS_LAST = "this is (b, H, W, c): the channels come first, (b, c, H, W)"
-PATCH_NO_POSITION = "the position embeddings are missing: add pos_embed after prepending the class token"
-PATCH_SIDES_SWAPPED = ("height and width are swapped, or the grid was guessed from the number of patches: "
-                                   "take it from image_size, which is (H, W), height first")
-PATCH_SHIFTED = ("the positions are shifted: row 0 of pos_embed belongs to the class token, rows "
-                                    "1..N to the patches; prepend the class token first, then add pos_embed")
-PATCH_CLS_NO_POSITION = ("the class token got no position and the patches got rows 0..N-1: prepend the "
-                                    "class token first, then add all of pos_embed")
+PATCH_SIDES_SWAPPED = ("height and width are swapped, or the grid was guessed from the number of patches: take it "
+                       "from image_size, which is (H, W), height first")
 EXPAND = ("one class token (1, 1, D) cannot be glued to a batch of b sequences: expand it to the batch first, "
           "cls_token.expand(b, -1, -1), then concatenate along the token axis (dim=1)")
 NO_CLASS_TOKEN = ("cls_token is None for a model without a class token: prepend it only `if cls_token is not None`, "
@@ -472,7 +465,8 @@ def embed_slip(slip):
 ORDERS = [  # (name, hint, einops pattern of a wrong patchify): slips of patchify, of unpatchify (the inverse) and of
     # PatchEmbedding (its patches projected); patchify's channels-first one is F.unfold's, patchify_F_unfold
     ("channels_first", PATCH_CHANNELS_FIRST, "b c (h p1) (w p2) -> b (h w) (c p1 p2)"),
-    ("columns", PATCH_COLUMNS, "b c (h p1) (w p2) -> b (w h) (p1 p2 c)"),
+    ("columns", "the patches run column by column: read them row by row from the top-left, (h w), not (w h)",
+     "b c (h p1) (w p2) -> b (w h) (p1 p2 c)"),
     ("columns_channels_first", "the patches run column by column and are flattened channels-first: use 'b c (h p1) "
      "(w p2) -> b (h w) (p1 p2 c)'", "b c (h p1) (w p2) -> b (w h) (c p1 p2)"),
     ("p2_p1", "each patch is flattened column by column, (p2 p1 c): flatten it row by row, (p1 p2 c)",
@@ -526,7 +520,8 @@ SLIPS += [Slip("PatchEmbedding", name, rule, hint, impl) for name, rule, hint, i
     ("normalised", "inputs", IN_PLACE, patch_embedding("in_place")),
 ]] + [Slip("PatchEmbedding", name, "output", hint, patch_embedding(pattern=pattern)) for name, hint, pattern in ORDERS]
 SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("appended", "output", PATCH_APPENDED, lambda t, c, p: torch.cat([t, c.expand(len(t), -1, -1)], 1) + p),
+    ("appended", "output", "the class token is appended: prepend it, so it is token 0",
+     lambda t, c, p: torch.cat([t, c.expand(len(t), -1, -1)], 1) + p),
     ("no_expand", "output", EXPAND, embed_slip("no_expand")),
     ("no_none", "no-class-token", NO_CLASS_TOKEN, embed_slip("no_none")),
     ("sliced", "error", PATCH_SLICED, embed_slip("sliced")),
@@ -535,14 +530,16 @@ SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name,
     ("cls_detached", "gradient", CUT_AT, embed_slip("cls_detached")),
     ("pos_data", "gradient", CUT_AT, embed_slip("pos_data")),
     ("plus_equals", "inputs", IN_PLACE, embed_inplace),
-    ("no_position", "output", PATCH_NO_POSITION,
+    ("no_position", "output", "the position embeddings are missing: add pos_embed after prepending the class token",
      lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1)),
     ("not_expanded", "output", EXPAND, lambda t, c, p: torch.cat([c, t], 1) + p),
     ("none_ignored", "no-class-token", NO_CLASS_TOKEN,
      lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1) + p),
-    ("shifted", "output", PATCH_SHIFTED,
+    ("shifted", "output", "the positions are shifted: row 0 of pos_embed belongs to the class token, rows 1..N to the "
+     "patches; prepend the class token first, then add pos_embed",
      lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1) + p[:, -1:], t + p[:, :-1]], 1)),
-    ("cls_no_position", "output", PATCH_CLS_NO_POSITION,
+    ("cls_no_position", "output", "the class token got no position and the patches got rows 0..N-1: prepend the class "
+     "token first, then add all of pos_embed",
      lambda t, c, p: t + p if c is None else torch.cat([c.expand(len(t), -1, -1), t + p[:, :-1]], 1)),
     ("cls_missing_position", "output", "the class token is missing its position: add pos_embed to the whole "
      "sequence, class token included", lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t + p[:, 1:]], 1)),
