@@ -335,29 +335,6 @@ def unpatchify_square_guess(patches, p, size):
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
 
 
-class PatchEmbeddingNoBias(ref.PatchEmbedding):
-    def __init__(self, image_size, patch_size, in_channels, dim):
-        super().__init__(image_size, patch_size, in_channels, dim)
-        self.proj = nn.Linear(patch_size * patch_size * in_channels, dim, bias=False)
-
-
-class PatchEmbeddingNoShapeCheck(ref.PatchEmbedding):
-    def forward(self, images):
-        return self.proj(ref.patchify(images, self.patch_size))  # a 12x16 image silently gives 12 tokens
-
-
-class PatchEmbeddingSizeAsInt(ref.PatchEmbedding):
-    def __init__(self, image_size, patch_size, in_channels, dim):
-        super().__init__(image_size, patch_size, in_channels, dim)
-        self.image_size = image_size
-
-
-class PatchEmbeddingNoGrid(PatchEmbeddingNoShapeCheck):
-    def __init__(self, image_size, patch_size, in_channels, dim):
-        super().__init__(image_size, patch_size, in_channels, dim)
-        del self.grid_size
-
-
 def embed_no_check(tokens, cls_token, pos_embed):
     if cls_token is not None:
         tokens = torch.cat([cls_token.expand(len(tokens), -1, -1), tokens], 1)
@@ -415,7 +392,8 @@ def unpatchify_resize(patches, p, size):
 
 
 class PatchEmbeddingSlip(ref.PatchEmbedding):
-    """The reference PatchEmbedding with one slip, ``slip``, or patches in the wrong order ``pattern`` (einops)."""
+    """The reference PatchEmbedding with one slip, ``slip``, or patches in the wrong order ``pattern`` (einops); its
+    forward checks nothing (the slip "no_check": a 12x16 image silently gives 12 tokens)."""
 
     slip = pattern = None
 
@@ -431,6 +409,12 @@ class PatchEmbeddingSlip(ref.PatchEmbedding):
             self.proj = nn.Linear(patch_size * patch_size * in_channels, dim)
             return
         super().__init__(image_size, patch_size, in_channels, dim)
+        if self.slip == "no_bias":
+            self.proj = nn.Linear(patch_size * patch_size * in_channels, dim, bias=False)
+        if self.slip == "size_int":
+            self.image_size = image_size
+        if self.slip == "no_grid":
+            del self.grid_size
 
     def forward(self, images):
         if self.slip == "in_place":
@@ -506,15 +490,15 @@ SLIPS += [Slip("unpatchify", name, rule, hint, impl) for name, rule, hint, impl 
     ("square_guess", "output", PATCH_SIDES_SWAPPED, unpatchify_square_guess),
 ]] + [Slip("unpatchify", name, "output", hint, _ordered(pattern, inverse=True)) for name, hint, pattern in ORDERS]
 SLIPS += [Slip("PatchEmbedding", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("size_int", "attributes", PATCH_SIZE_INT, type("PatchEmbedding", (PatchEmbeddingSizeAsInt,), {})),
+    ("size_int", "attributes", PATCH_SIZE_INT, patch_embedding("size_int")),
     ("patch_pair", "attributes", known("not supported between instances of 'tuple' and 'int'"),
      patch_embedding("patch_pair")),
-    ("no_grid", "attributes", PATCH_NO_GRID, PatchEmbeddingNoGrid),
-    ("no_bias", "names", PATCH_NO_BIAS, PatchEmbeddingNoBias),
+    ("no_grid", "attributes", PATCH_NO_GRID, patch_embedding("no_grid")),
+    ("no_bias", "names", PATCH_NO_BIAS, patch_embedding("no_bias")),
     ("conv_proj", "names", PATCH_CONV_PROJ, PatchEmbeddingConv),
     ("conv_map", "output", PATCH_CONV_MAP, PatchEmbeddingMap),
     ("floored", "error-init", PATCH_FLOORED, patch_embedding("floored")),
-    ("no_check", "error-shape", PATCH_PATCHEMBEDDING_NO_CHECK, PatchEmbeddingNoShapeCheck),
+    ("no_check", "error-shape", PATCH_PATCHEMBEDDING_NO_CHECK, patch_embedding("no_check")),
     ("detached", "gradient", CUT_AT, patch_embedding("detached")),
     ("weight_data", "gradient", CUT_AT, patch_embedding("weight_data")),
     ("normalised", "inputs", IN_PLACE, patch_embedding("in_place")),
