@@ -318,13 +318,6 @@ def embed_ok(tokens, cls_token, pos_embed):
     return tokens + pos_embed
 
 
-def embed_inplace(tokens, cls_token, pos_embed):
-    if cls_token is None:
-        tokens += pos_embed
-        return tokens
-    return embed_ok(tokens, cls_token, pos_embed)
-
-
 def unpatchify_no_check(patches, p, size):
     height, width = (size, size) if isinstance(size, int) else size
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
@@ -333,12 +326,6 @@ def unpatchify_no_check(patches, p, size):
 def unpatchify_square_guess(patches, p, size):
     """Ignores image_size: a grid of isqrt(N) rows, right for square images only."""
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
-
-
-def embed_no_check(tokens, cls_token, pos_embed):
-    if cls_token is not None:
-        tokens = torch.cat([cls_token.expand(len(tokens), -1, -1), tokens], 1)
-    return tokens + pos_embed
 
 
 def patchify_detached(images, p):
@@ -400,14 +387,8 @@ class PatchEmbeddingSlip(ref.PatchEmbedding):
     def __init__(self, image_size, patch_size, in_channels, dim):
         if self.slip == "patch_pair":
             patch_size = ref.to_pair(patch_size)
-        if self.slip == "floored":
-            nn.Module.__init__(self)
-            self.image_size, self.patch_size = ref.to_pair(image_size), patch_size
-            self.in_channels = in_channels
-            self.grid_size = (self.image_size[0] // patch_size, self.image_size[1] // patch_size)
-            self.num_patches = self.grid_size[0] * self.grid_size[1]
-            self.proj = nn.Linear(patch_size * patch_size * in_channels, dim)
-            return
+        if self.slip == "floored":  # the sides floored to multiples of P (30 // 4: a 7x7 grid), no error
+            image_size = tuple(side // patch_size * patch_size for side in ref.to_pair(image_size))
         super().__init__(image_size, patch_size, in_channels, dim)
         if self.slip == "no_bias":
             self.proj = nn.Linear(patch_size * patch_size * in_channels, dim, bias=False)
@@ -439,9 +420,12 @@ def embed_slip(slip):
                 tokens = torch.cat([token.expand(len(tokens), -1, -1), tokens], dim=1)
         if slip == "sliced" and pos_embed.shape[1] > tokens.shape[1]:
             pos_embed = pos_embed[:, :tokens.shape[1]]  # "use the rows we need": hides a table made for another size
-        if tokens.shape[1:] != pos_embed.shape[1:]:
+        if slip != "no_check" and tokens.shape[1:] != pos_embed.shape[1:]:
             raise ValueError("position embeddings don't fit" if slip == "vague" else
                              f"pos_embed {tuple(pos_embed.shape)} does not fit tokens {tuple(tokens.shape)}")
+        if slip == "plus_equals":
+            tokens += pos_embed  # without a class token, the caller's tokens
+            return tokens
         return tokens + (pos_embed.data if slip == "pos_data" else pos_embed)
     return add_class_token_and_position
 
@@ -510,10 +494,10 @@ SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name,
     ("no_none", "no-class-token", NO_CLASS_TOKEN, embed_slip("no_none")),
     ("sliced", "error", PATCH_SLICED, embed_slip("sliced")),
     ("vague", "error", NAME_VALUES, embed_slip("vague")),
-    ("no_check", "error", PATCH_SLICED, embed_no_check),
+    ("no_check", "error", PATCH_SLICED, embed_slip("no_check")),
     ("cls_detached", "gradient", CUT_AT, embed_slip("cls_detached")),
     ("pos_data", "gradient", CUT_AT, embed_slip("pos_data")),
-    ("plus_equals", "inputs", IN_PLACE, embed_inplace),
+    ("plus_equals", "inputs", IN_PLACE, embed_slip("plus_equals")),
     ("no_position", "output", "the position embeddings are missing: add pos_embed after prepending the class token",
      lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t], 1)),
     ("not_expanded", "output", EXPAND, lambda t, c, p: torch.cat([c, t], 1) + p),
@@ -528,7 +512,7 @@ SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name,
     ("cls_missing_position", "output", "the class token is missing its position: add pos_embed to the whole "
      "sequence, class token included", lambda t, c, p: torch.cat([c.expand(len(t), -1, -1), t + p[:, 1:]], 1)),
     ("no_check_one_row", "error", PATCH_SLICED,
-     lambda t, c, p: embed_ok(t, c, p) if p.shape[1] != 1 else embed_no_check(t, c, p)),
+     lambda t, c, p: embed_slip("no_check" if p.shape[1] == 1 else None)(t, c, p)),
 ]]
 
 
