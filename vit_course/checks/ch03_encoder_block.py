@@ -399,12 +399,6 @@ class MLPErf(nn.Module):
         return F.dropout(self.fc2(h), self.drop, self.training)
 
 
-class MLPNames(nn.Module):
-    def __init__(self, dim, hidden_dim):
-        super().__init__()
-        self.linear1, self.linear2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
-
-
 class LayerNormRsqrt(ref.LayerNorm):
     def forward(self, x):
         centred = x - x.mean(-1, keepdim=True)
@@ -431,25 +425,6 @@ class DropPathTimm(nn.Module):
         return x.div(keep) * mask
 
 
-class DropPathOtherName(DropPathTimm):
-    """p kept as `drop_prob`: the given extra_repr, which reads self.p, then raises."""
-
-    def __init__(self, p=0.0):
-        super().__init__(p)
-        self.drop_prob = p
-        del self.p
-
-    def forward(self, x):
-        self.p = self.drop_prob
-        try:
-            return super().forward(x)
-        finally:
-            del self.p
-
-    def extra_repr(self):
-        return f"p={self.p}"
-
-
 class _MLP(ref.MLP):
     """The reference MLP with one slip, ``slip`` (None: none)."""
 
@@ -459,6 +434,9 @@ class _MLP(ref.MLP):
         super().__init__(dim, hidden_dim, drop)
         if self.slip == "no_bias":
             self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
+        if self.slip == "names":
+            self.linear1, self.linear2 = self.fc1, self.fc2
+            del self.fc1, self.fc2
         if self.slip == "one_dropout":  # one module `drop` for both places (the statement names two)
             del self.drop1, self.drop2
             self.drop = nn.Dropout(drop)
@@ -535,16 +513,21 @@ class _DropPath(DropPathTimm):
     def __init__(self, p=0.0):
         nn.Module.__init__(self) if self.slip == "no_check" else super().__init__(p)
         self.p = p
+        if self.slip == "drop_prob":  # p kept as `drop_prob`: the given extra_repr, which reads self.p, raises
+            self.drop_prob = p
+            del self.p
+
+    def extra_repr(self):  # the statement's
+        return f"p={self.p}"
 
     def forward(self, x):
-        slip = self.slip
-        if self.p == 0.0 or not (self.training or slip == "in_eval"):
+        slip, p = self.slip, self.drop_prob if self.slip == "drop_prob" else self.p
+        if p == 0.0 or not (self.training or slip == "in_eval"):
             return x
-        keep = self.p if slip == "keep_is_p" else 1 - self.p
+        keep = p if slip == "keep_is_p" else 1 - p
         shape = {"elementwise": x.shape, "mask_3d": (x.shape[0], 1, 1), "one_coin": ()}.get(
             slip, (x.shape[0],) + (1,) * (x.ndim - 1))
-        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - self.p}.get(
-            slip, 1 / (1 - self.p))
+        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - p}.get(slip, 1 / (1 - p))
         return x.mul_(mask) if slip == "mul_" else (x.detach() if slip == "detach" else x) * mask
 
 
@@ -635,7 +618,7 @@ def _block(slip):
 
 
 SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("names", "names", BLOCK_NAMES, MLPNames),
+    ("names", "names", BLOCK_NAMES, _mlp("names")),
     ("no_bias", "names", BLOCK_NO_BIAS, _mlp("no_bias")),
     ("relu", "output", "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()", _mlp("relu")),
     ("tanh", "output", "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() "
@@ -680,19 +663,18 @@ SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl i
     ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
     ("x_minus_mean", "inputs", IN_PLACE, _layer_norm("in_place")),
 ]]
-SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name) if impl is None else impl)
-          for name, rule, hint, impl in [
-    ("in_eval", "eval", BLOCK_IN_EVAL, None),
-    ("elementwise", "training", BLOCK_ELEMENTWISE, None),
-    ("one_coin", "training", BLOCK_ONE_COIN, None),
-    ("not_scaled", "training", UNBIASED, None),
-    ("times_keep", "training", NO_MULTIPLY, None),
-    ("keep_is_p", "training", KEEP_IS_P, None),
-    ("mask_3d", "training", BLOCK_MASK_3D, None),
-    ("no_check", "error", BLOCK_NO_CHECK, None),
-    ("detach", "gradient", CUT_AT, None),
-    ("mul_", "inputs", IN_PLACE, None),
-    ("drop_prob", "p", BLOCK_DROP_PROB, DropPathOtherName),
+SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name)) for name, rule, hint in [
+    ("in_eval", "eval", BLOCK_IN_EVAL),
+    ("elementwise", "training", BLOCK_ELEMENTWISE),
+    ("one_coin", "training", BLOCK_ONE_COIN),
+    ("not_scaled", "training", UNBIASED),
+    ("times_keep", "training", NO_MULTIPLY),
+    ("keep_is_p", "training", KEEP_IS_P),
+    ("mask_3d", "training", BLOCK_MASK_3D),
+    ("no_check", "error", BLOCK_NO_CHECK),
+    ("detach", "gradient", CUT_AT),
+    ("mul_", "inputs", IN_PLACE),
+    ("drop_prob", "p", BLOCK_DROP_PROB),
 ]]
 SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
     ("ln1", "names", BLOCK_LN1, _block("ln1")),
