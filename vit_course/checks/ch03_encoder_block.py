@@ -488,16 +488,9 @@ class _LayerNorm(ref.LayerNorm):
         mean = x.mean(axis, keepdim=True)
         mean = mean.detach() if slip == "mean_detached" else mean
         weight = self.weight.data if slip == "weight_data" else self.weight
-        if knobs.get("eps_outside"):
-            y = (x - mean) / (x.std(axis, unbiased=unbiased, keepdim=True) + eps)
-        elif slip == "in_place":
-            var = x.var(axis, unbiased=unbiased, keepdim=True)
-            x -= mean
-            y = x / torch.sqrt(var + eps)
-        else:
-            var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased,
-                                                                                       keepdim=True)
-            y = (x - mean) / torch.sqrt(var + eps)
+        var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased, keepdim=True)
+        centred = x.sub_(mean) if slip == "in_place" else x - mean
+        y = centred / (var.sqrt() + eps if knobs.get("eps_outside") else torch.sqrt(var + eps))
         return y * weight + self.bias * knobs.get("bias", True) if knobs.get("affine", True) else y
 
 
