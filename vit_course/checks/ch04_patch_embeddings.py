@@ -284,10 +284,6 @@ def _ordered(pattern, inverse=False):
     return unpatchify if inverse else patchify
 
 
-def unpatchify_no_grid(patches, p, size):
-    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p)  # h and w left to einops
-
-
 class PatchEmbeddingConv(nn.Module):
     """timm's way: a Conv2d with kernel = stride = P, called proj (exercise 4.3 asks an nn.Linear, so its check rejects
     it; ViT's check loads it)."""
@@ -318,18 +314,9 @@ def embed_ok(tokens, cls_token, pos_embed):
     return tokens + pos_embed
 
 
-def unpatchify_no_check(patches, p, size):
-    height, width = (size, size) if isinstance(size, int) else size
-    return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=height // p)
-
-
 def unpatchify_square_guess(patches, p, size):
     """Ignores image_size: a grid of isqrt(N) rows, right for square images only."""
     return rearrange(patches, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p, h=math.isqrt(patches.shape[1]))
-
-
-def patchify_detached(images, p):
-    return ref.patchify(images.detach(), p)
 
 
 def patchify_in_place(images, p):
@@ -342,9 +329,10 @@ def unpatchify_pair_only(patches, p, size):
     return ref.unpatchify(patches, p, (height, width))
 
 
-def unpatchify_checks(ndim=True, length=True, width=True):
+def unpatchify_checks(sides=True, ndim=True, length=True, width=True):
+    """unpatchify with some of its checks left out (without ``sides``, the grid floored)."""
     def unpatchify(patches, p, size):
-        gh, gw = ref.patch_grid(size, p)
+        gh, gw = ref.patch_grid(size, p) if sides else (side // p for side in ref.to_pair(size))
         if ndim and patches.ndim != 3:
             raise ValueError(f"patches {tuple(patches.shape)} are not (b, N, P*P*c)")
         if length and patches.shape[-2] != gh * gw:  # counted from the end: a missing batch axis slips through
@@ -363,10 +351,6 @@ def unpatchify_by_index(patches, p, size):
         raise ValueError(f"patches {tuple(patches.shape)} do not make a {size} image")
     return patches.reshape(b, gh, gw, p, p, width // (p * p)).permute(0, 5, 1, 3, 2, 4).reshape(
         b, width // (p * p), gh * p, gw * p)
-
-
-def unpatchify_detached(patches, p, size):
-    return ref.unpatchify(patches, p, size).detach()
 
 
 def unpatchify_resize(patches, p, size):
@@ -444,7 +428,7 @@ SLIPS = [Slip("patchify", name, rule, hint, impl) for name, rule, hint, impl in 
     ("channels_first", "output", PATCH_CHANNELS_FIRST, patchify_F_unfold),
     ("unfold_drops", "error-sides", PATCH_UNFOLD_DROPS, patchify_silent),
     ("no_ndim", "error-ndim", PATCH_UNFOLD_DROPS, lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1)),
-    ("detach", "gradient", CUT_AT, patchify_detached),
+    ("detach", "gradient", CUT_AT, lambda x, p: ref.patchify(x.detach(), p)),
     ("centred", "inputs", IN_PLACE, patchify_in_place),
     ("channels_first_square", "output", PATCH_CHANNELS_FIRST,
      lambda x, p: ref.patchify(x, p) if x.shape[-1] % p else rearrange(
@@ -459,14 +443,15 @@ SLIPS = [Slip("patchify", name, rule, hint, impl) for name, rule, hint, impl in 
 ]] + [Slip("patchify", name, "output", hint, _ordered(pattern)) for name, hint, pattern in ORDERS[1:]]
 SLIPS += [Slip("unpatchify", name, rule, hint, impl) for name, rule, hint, impl in [
     ("int", "image-size", known('cannot unpack non-iterable int object'), unpatchify_pair_only),
-    ("no_check", "error-sides", PATCH_NO_CHECK, unpatchify_no_check),
+    ("no_check", "error-sides", PATCH_NO_CHECK, unpatchify_checks(sides=False, ndim=False, length=False, width=False)),
     ("no_ndim", "error-ndim", PATCH_NO_CHECK, unpatchify_checks(ndim=False)),
     ("no_length", "error-length", PATCH_NO_CHECK, unpatchify_checks(length=False)),
     ("no_width", "error-width", PATCH_NO_CHECK, unpatchify_checks(width=False)),
     ("by_index", "error-ndim", PATCH_BY_INDEX, unpatchify_by_index),
-    ("detach", "gradient", CUT_AT, unpatchify_detached),
+    ("detach", "gradient", CUT_AT, lambda q, p, s: ref.unpatchify(q, p, s).detach()),
     ("resize_", "inputs", IN_PLACE, unpatchify_resize),
-    ("no_grid", "output", known('Could not infer sizes for'), unpatchify_no_grid),
+    ("no_grid", "output", known('Could not infer sizes for'),  # h and w left to einops
+     lambda q, p, s: rearrange(q, "b (h w) (p1 p2 c) -> b c (h p1) (w p2)", p1=p, p2=p)),
     ("channels_last", "output", PATCH_CHANNELS_LAST,
      lambda q, p, s: unpatchify_reshape(q, p, s).permute(0, 2, 3, 1)),
     ("sides_swapped", "output", PATCH_SIDES_SWAPPED,
