@@ -186,9 +186,8 @@ def DropPath(c, cls):
         repr(module)
     except Exception as error:
         c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", BLOCK_DROP_PROB)
-    c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
-         f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the given extra_repr (what "
-         "print(model) shows) and the ViT's checks read it")
+    c.attributes(module, "DropPath(0.25)", [("p", 0.25, "keep the probability as self.p = p: the given extra_repr "
+                                             "(what print(model) shows) and the ViT's checks read it")], rule="p")
 
 
 def _dropped_whole(c, out, x, p):

@@ -68,11 +68,10 @@ def patchify(c, fn):
     images = torch.randn(2, 3, 8, 12, generator=g)
     gradient_flow(c, fn, lambda t: c.call(fn, t["images"], 4), lambda t: ref.patchify(t["images"], 4),
                   dict(images=images))
-    hint = (PATCH_UNFOLD_DROPS)
-    c.raises(fn, torch.randn(1, 3, 10, 12, generator=g), 4, hint=hint, rule="error-sides",
+    c.raises(fn, torch.randn(1, 3, 10, 12, generator=g), 4, hint=PATCH_UNFOLD_DROPS, rule="error-sides",
              why="a 10x12 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
-    c.raises(fn, torch.randn(3, 8, 8, generator=g), 4, hint=hint, why="images of shape (3, 8, 8) have no batch axis",
-             rule="error-ndim")
+    c.raises(fn, torch.randn(3, 8, 8, generator=g), 4, hint=PATCH_UNFOLD_DROPS, rule="error-ndim",
+             why="images of shape (3, 8, 8) have no batch axis")
 
 
 @check("unpatchify")
@@ -101,7 +100,7 @@ def unpatchify(c, fn):
 
 def _unpatchify_errors(c, fn, g):
     """A ValueError for each input the statement rules out."""
-    hint = (PATCH_NO_CHECK)
+    hint = PATCH_NO_CHECK
     patches = ref.patchify(torch.randn(2, 3, 8, 8, generator=g), 4)  # (2, 4, 48)
     c.raises(fn, ref.patchify(torch.randn(1, 3, 10, 10, generator=g), 5), 4, 10, hint=hint, rule="error-sides",
              why="a 10x10 image cannot be cut into 4x4 patches (10 is not divisible by 4)")
@@ -163,7 +162,7 @@ def _embedding_errors(c, cls, model, g):
              "patches (30 is not divisible by 4): building the model must fail, not floor the grid to 7x7",
              hint=PATCH_FLOORED)
     shown = "PatchEmbedding((8, 12), 4, 3, 10)"
-    hint = (PATCH_PATCHEMBEDDING_NO_CHECK)
+    hint = PATCH_PATCHEMBEDDING_NO_CHECK
     with torch.no_grad():
         c.raises(model, torch.randn(2, 3, 12, 16, generator=g), label=shown, hint=hint, rule="error-shape",
                  why="images of 12x16 pixels given to a model built for 8x12 (more patches than positions)")
@@ -196,12 +195,11 @@ def add_class_token_and_position(c, fn):
     got = c.call(fn, tokens, None, pos, errors=[("'NoneType' object has no attribute", NO_CLASS_TOKEN)])
     c.close(got, tokens + pos, "tokens for a model without class token (cls_token=None)",
             shape_hints=[((2, 5, 6), "with cls_token=None nothing is prepended: only add the positions")])
-    hint = (PATCH_SLICED)
     tokens, cls_token = torch.randn(2, 4, 6, generator=g), torch.randn(1, 1, 6, generator=g)
     for rows, why in ((4, "pos_embed (1, 4, 6) has no row for the class token"),
                       (1, "pos_embed (1, 1, 6) has one row, not 5 (broadcasting would add that row to every token)"),
                       (7, "pos_embed (1, 7, 6) has 7 rows for 5 tokens (slicing it would hide the mismatch)")):
-        c.raises(fn, tokens, cls_token, torch.randn(1, rows, 6, generator=g), hint=hint, why=why, rule="error",
+        c.raises(fn, tokens, cls_token, torch.randn(1, rows, 6, generator=g), hint=PATCH_SLICED, why=why, rule="error",
                  shapes=[(1, rows, 6), [(2, 4, 6), (2, 5, 6)]])
 
 
@@ -245,17 +243,15 @@ RULES = {
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 
 
-def patchify_unfold(images, p):
-    b, c, height, width = images.shape
-    if height % p or width % p:
-        raise ValueError(f"{height}x{width} is not divisible by {p}")
-    patches = images.unfold(2, p, p).unfold(3, p, p)  # (b, c, gh, gw, p, p)
-    return patches.permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
-
-
-def patchify_silent(images, p):  # no check: tensor.unfold drops the remainder
-    b, c = images.shape[:2]
-    return images.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
+def patchify_unfold(check=True):
+    """patchify with tensor.unfold; without ``check`` nothing checks the sides and unfold drops the remainder."""
+    def patchify(images, p):
+        b, c, height, width = images.shape
+        if check and (height % p or width % p):
+            raise ValueError(f"{height}x{width} is not divisible by {p}")
+        patches = images.unfold(2, p, p).unfold(3, p, p)  # (b, c, gh, gw, p, p)
+        return patches.permute(0, 2, 3, 4, 5, 1).reshape(b, -1, p * p * c)
+    return patchify
 
 
 def patchify_F_unfold(images, p):
@@ -426,7 +422,7 @@ ORDERS = [  # (name, hint, einops pattern of a wrong patchify): slips of patchif
 ]
 SLIPS = [Slip("patchify", name, rule, hint, impl) for name, rule, hint, impl in [
     ("channels_first", "output", PATCH_CHANNELS_FIRST, patchify_F_unfold),
-    ("unfold_drops", "error-sides", PATCH_UNFOLD_DROPS, patchify_silent),
+    ("unfold_drops", "error-sides", PATCH_UNFOLD_DROPS, patchify_unfold(check=False)),
     ("no_ndim", "error-ndim", PATCH_UNFOLD_DROPS, lambda x, p: ref.patchify(x, p) if x.ndim == 4 else torch.zeros(1)),
     ("detach", "gradient", CUT_AT, lambda x, p: ref.patchify(x.detach(), p)),
     ("centred", "inputs", IN_PLACE, patchify_in_place),
@@ -503,7 +499,7 @@ SLIPS += [Slip("add_class_token_and_position", name, rule, hint, impl) for name,
 
 VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
     ("patchify", "reference_patchify", ref.patchify),
-    ("patchify", "patchify_unfold", patchify_unfold),
+    ("patchify", "patchify_unfold", patchify_unfold()),
     ("unpatchify", "reference_unpatchify", ref.unpatchify),
     ("unpatchify", "unpatchify_reshape", unpatchify_reshape),
     ("PatchEmbedding", "reference_patchembedding", ref.PatchEmbedding),
