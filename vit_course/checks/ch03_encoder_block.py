@@ -3,6 +3,8 @@ options, drop path while training): checks and rules."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
+import contextlib
+import itertools
 import math
 
 import torch
@@ -19,20 +21,11 @@ from .wiring import dropout_wiring
 
 BLOCK_NAMES = "name the two Linear layers fc1 (dim -> hidden_dim) and fc2 (back to dim)"
 BLOCK_NO_BIAS = "the Linear layers need their bias: nn.Linear(dim, hidden_dim) (bias=True is the default)"
-BLOCK_RELU = "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()"
-BLOCK_TANH = "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() (approximate='none')"
-BLOCK_RESIDUAL_INSIDE = ("the input is added to the MLP's output: the residual belongs to the encoder block, the MLP "
-                         "returns fc2's output alone")
 BLOCK_NO_DROP2 = ("fc1, GELU, dropout, fc2, dropout: x = self.drop1(self.act(self.fc1(x))); return "
                   "self.drop2(self.fc2(x))")
 BLOCK_ONE_DROPOUT = ("two modules, drop1 = nn.Dropout(drop) after the activation and drop2 = nn.Dropout(drop) after "
                      "fc2 (timm's names: one shared module reads as a single dropout)")
 BLOCK_EPS_PARAMETER = "LayerNorm has two parameters of size dim, `weight` (ones) and `bias` (zeros)"
-BLOCK_UNBIASED = ("this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, `x.var(-1, "
-                  "unbiased=False)`")
-BLOCK_EPS_OUTSIDE = "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + eps)"
-BLOCK_TORCH_DEFAULT = ("the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and timm's "
-                       "value; PyTorch's default is 1e-5)")
 BLOCK_IN_EVAL = "DropPath is only active in training: return x when `not self.training` (or p == 0)"
 BLOCK_ELEMENTWISE = ("draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one per element (that would "
                      "be dropout)")
@@ -42,34 +35,15 @@ BLOCK_MASK_3D = ("the mask's shape is hard-coded for 3-D x: give it x.ndim axes,
 BLOCK_NO_CHECK = "in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)"
 BLOCK_DROP_PROB = "keep the probability as self.p = p: the given extra_repr reads it"
 BLOCK_LN1 = "two LayerNorms, norm1 (before attention) and norm2 (before the MLP)"
-BLOCK_POST_NORM = ("this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
-                   "attn(norm1(x)); x = x + mlp(norm2(x))")
-BLOCK_NO_RESIDUAL = "the residual connection around attention is missing: x = x + attn(norm1(x))"
-BLOCK_PARALLEL = ("both branches read the same x (a parallel block): the MLP reads the x updated by attention, x = x "
-                  "+ attn(norm1(x)); x = x + mlp(norm2(x))")
-BLOCK_NO_MASK = "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)"
 BLOCK_QKV_BIAS = "qkv_bias=False seems ignored: pass it on, MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, ...)"
-BLOCK_SWAP_LS = "ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch"
-BLOCK_AROUND_SUM = ("DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
-                    "drop_path1(ls1(attn(norm1(x))))")
 BLOCK_IGNORED = ("drop_path seems ignored: drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity(), and "
                  "the same for drop_path2, each applied to its branch")
 BLOCK_NO_PROJ_DROP = ("pass the rates on: MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
                       "proj_drop=drop) and MLP(dim, int(dim * mlp_ratio), drop=drop)")
-NO_ACTIVATION = "there is no activation between fc1 and fc2: add nn.GELU()"
-NOT_AFFINE = "weight and bias are not applied: scale by `weight` and shift by `bias` at the end"
-EPS_IGNORED = "eps seems ignored or hard-coded: use the eps given to the constructor"
-NORM_AXIS = ("the mean and variance are taken over the wrong axis: normalise each token over its own "
-                             "features, the last axis")
 KEEP_IS_P = "p is the probability to drop (bernoulli of 1 - p keeps)"
-SHARED_NORM = ("the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
-                         "before the MLP")
-NO_LAYERSCALE = ("with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, "
-                              "nn.Identity()")
-LS_NOT_APPLIED = ("LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the MLP "
-                              "branch")
-EVAL_RANDOM = ("dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, "
-                              "which are off in eval mode")
+NO_LAYERSCALE = "with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity()"
+EVAL_RANDOM = ("dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, which are off "
+               "in eval mode")
 PLAIN_TENSOR = "a plain tensor is neither learned nor saved"
 NEW_NORM = "a new norm only standardises"
 UNBIASED = "so the expected output equals the input"
@@ -78,6 +52,11 @@ EPS_DEFAULT = "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6"
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
             "not F.dropout(x, p)")
 MLP_TRAIN = "drop seems ignored: apply self.drop1 after the activation and self.drop2 after fc2"
+
+
+def _slips(c, *rules):
+    """The record's slips of the exercise ``c`` checks that break one of ``rules``."""
+    return [s for s in SLIPS if s.exercise == c.name and s.rule in rules]
 
 
 @check("MLP")
@@ -93,8 +72,8 @@ def MLP(c, cls):
             ("fc", BLOCK_NAMES)])
         x = torch.randn(*shape, dim, generator=g) * 2
         with torch.no_grad():
-            c.close(c.call(model, x, label=f"MLP({dim}, {hidden})"), reference(x), "output", twins(
-                [s for s in SLIPS if s.exercise == "MLP" and s.rule == "output"], reference, (dim, hidden), x))
+            c.close(c.call(model, x, label=f"MLP({dim}, {hidden})"), reference(x), "output",
+                    twins(_slips(c, "output"), reference, (dim, hidden), x))
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
     c.phase("dropout")
@@ -127,8 +106,7 @@ def LayerNorm(c, cls):
         w, b = reference.weight.detach(), reference.bias.detach()
         with torch.no_grad():
             c.close(c.call(model, x, label=f"LayerNorm({dim}, eps={eps})"), F.layer_norm(x, (dim,), w, b, eps),
-                    "output", twins([s for s in SLIPS if s.exercise == "LayerNorm" and s.rule == "output"],
-                                    reference, (dim, eps), x))
+                    "output", twins(_slips(c, "output"), reference, (dim, eps), x))
         constant = torch.full((2, dim), 3.0)
         with torch.no_grad():
             got = c.call(model, constant, label=f"LayerNorm({dim}, eps={eps})")
@@ -147,7 +125,6 @@ def _layer_norm_parameters(c, cls):
         tensor = getattr(model, name, None)
         c.ok(isinstance(tensor, nn.Parameter), f"`{name}` should be an nn.Parameter, got {describe(tensor)}",
              f"self.{name} = nn.Parameter(torch.{init}(dim)): {PLAIN_TENSOR}")
-    return model
 
 
 def _layer_norm_defaults(c, cls, g):
@@ -164,8 +141,8 @@ def _layer_norm_defaults(c, cls, g):
     x = torch.randn(3, 6, generator=g) * 1e-3  # variance about 1e-6: eps matters
     with torch.no_grad():
         got = c.call(model, x, label="LayerNorm(6)")
-    c.close(got, F.layer_norm(x, (6,), eps=1e-6), "output of LayerNorm(6), with the default eps", [
-        (BLOCK_TORCH_DEFAULT, lambda: F.layer_norm(x, (6,), eps=1e-5))], atol=1e-4)
+    c.close(got, F.layer_norm(x, (6,), eps=1e-6), "output of LayerNorm(6), with the default eps",
+            twins(_slips(c, "eps"), ref.LayerNorm(6), (6,), x), atol=1e-4)
 
 
 @check("DropPath")
@@ -181,8 +158,7 @@ def DropPath(c, cls):
         with torch.no_grad():
             out = c.call(module, x, label=label + " in eval mode")
             c.tensor(out, "output in eval mode", x.shape, x.dtype)
-            c.ok(torch.equal(out, x), "in eval mode the output should be the input unchanged",
-                 BLOCK_IN_EVAL)
+            c.ok(torch.equal(out, x), "in eval mode the output should be the input unchanged", BLOCK_IN_EVAL)
             module.train()
             out = c.tensor(c.call(module, x, label=label + " in training mode"), "output in training mode",
                            x.shape, x.dtype)
@@ -203,17 +179,15 @@ def DropPath(c, cls):
         _drop_path_gradient(c, cls, module, p, g)
     c.phase("error")
     for p in (1.0, -0.1):
-        c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath",
-                 hint=BLOCK_NO_CHECK)
+        c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath", hint=BLOCK_NO_CHECK)
     c.phase("p")
     module = c.build(cls, 0.25)
     try:  # print(model) calls the given extra_repr, which reads self.p
         repr(module)
     except Exception as error:
         c.fail(f"print(DropPath(0.25)) raised {type(error).__name__}: {error}{where(error)}", BLOCK_DROP_PROB)
-    c.ok(getattr(module, "p", None) == 0.25, "DropPath(0.25).p should be 0.25, got "
-         f"{describe(getattr(module, 'p', None))}", "keep the probability as self.p = p: the "
-         "given extra_repr (what print(model) shows) and the ViT's checks read it")
+    c.attributes(module, "DropPath(0.25)", [("p", 0.25, "keep the probability as self.p = p: the given extra_repr "
+                                             "(what print(model) shows) and the ViT's checks read it")], rule="p")
 
 
 def _dropped_whole(c, out, x, p):
@@ -236,8 +210,7 @@ def _dropped_whole(c, out, x, p):
          f"{scale.min().item():.4g} and {scale.max().item():.4g}")
     rate, sd = dropped.float().mean().item(), (p * (1 - p) / len(x)) ** 0.5
     c.ok(abs(rate - p) < 5 * sd, f"with p={p} about {p:.0%} of the samples should be dropped, you dropped "
-         f"{rate:.1%}", KEEP_IS_P if abs(rate - (1 - p)) < 5 * sd
-         else None)
+         f"{rate:.1%}", KEEP_IS_P if abs(rate - (1 - p)) < 5 * sd else None)
 
 
 def _drop_path_gradient(c, cls, module, p, g):
@@ -261,14 +234,8 @@ def _drop_path_gradient(c, cls, module, p, g):
     c.rule = before
 
 
-OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_values=0.1)
+OPTIONS = dict(qkv_bias=False, drop=0.5, attn_drop=0.5, drop_path=0.5, init_values=0.1)  # in the constructor's order
 SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
-
-
-def _block_slips(reference, args, x, mask=None):
-    """(slip, thunk) pairs for ``close``: the record's EncoderBlock slips of the output and the mask."""
-    return twins([s for s in SLIPS if s.exercise == "EncoderBlock" and s.rule in ("output", "mask")], reference, args,
-                 x, mask=mask)
 
 
 @check("EncoderBlock")
@@ -288,11 +255,11 @@ def EncoderBlock(c, cls):
         label = f"EncoderBlock({dim}, {heads}, {ratio})"
         with torch.no_grad():
             c.close(c.call(model, x, label=label), reference(x), "output",
-                    _block_slips(reference, (dim, heads, ratio), x), atol=1e-4)
+                    twins(_slips(c, "output", "mask"), reference, (dim, heads, ratio), x), atol=1e-4)
             c.phase("mask")
             mask = random_mask((n, n), g)
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                    _block_slips(reference, (dim, heads, ratio), x, mask), atol=1e-4)
+                    twins(_slips(c, "output", "mask"), reference, (dim, heads, ratio), x, mask=mask), atol=1e-4)
             c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
                       dict(x=x), model, reference)
@@ -315,22 +282,12 @@ def _options(c, cls, g):
         rule="options")
     x = torch.randn(3, 5, 8, generator=g)
     label = f"EncoderBlock(8, 2, 2.0, {SHOWN})"
-    attn, mlp = (lambda y: reference.attn(reference.norm1(y))), (lambda y: reference.mlp(reference.norm2(y)))
-
-    def block(ls1=reference.ls1, ls2=reference.ls2):
-        y = x + ls1(attn(x))
-        return y + ls2(mlp(y))
-
     with torch.no_grad():
         got = c.call(model, x, label=f"{label} in eval mode")
         c.ok(torch.equal(c.tensor(got, "output in eval mode", x.shape), c.call(model, x, label=label)),
-             "in eval mode two calls on the same input gave different outputs",
-             EVAL_RANDOM)
-        c.close(got, reference(x), f"output in eval mode with {SHOWN}", [
-            (LS_NOT_APPLIED,
-             lambda: block(lambda t: t, lambda t: t)),
-            (BLOCK_SWAP_LS,
-             lambda: block(reference.ls2, reference.ls1))], atol=1e-4)
+             "in eval mode two calls on the same input gave different outputs", EVAL_RANDOM)
+        c.close(got, reference(x), f"output in eval mode with {SHOWN}",
+                twins(_slips(c, "options"), reference, (8, 2, 2.0, *OPTIONS.values()), x), atol=1e-4)
 
 
 def _drop_path(c, cls, g):
@@ -346,30 +303,29 @@ def _drop_path(c, cls, g):
             out = c.tensor(c.call(model, x, label=f"{label} in training mode"), "output in training mode", x.shape)
         finally:
             model.eval()
-        attn, mlp = (lambda y: reference.attn(reference.norm1(y))), (lambda y: reference.mlp(reference.norm2(y)))
 
-        def fits(around_sum=False):  # {(attention kept, MLP kept): (b,) bool, the sample matches}
-            found = {}
-            for a in (0, 2):
-                y = a * (x + attn(x)) if around_sum else x + a * attn(x)
-                for m in (0, 2):
-                    z = m * (y + mlp(y)) if around_sum else y + m * mlp(y)
-                    found[a, m] = (z - out).abs().flatten(1).amax(1) < 1e-4
-            return found
+        def fits(block):  # (4, b) bool: the sample matches a block wired as ``block`` whose (attention, MLP) branches
+            # are (dropped, dropped), (dropped, kept), (kept, dropped), (kept, kept); each drop path made a fixed
+            # factor, a LayerScale of all 0 (dropped) or all 2 (kept, scaled by 1/(1-p))
+            rows = []
+            for a, m in itertools.product((0, 2), (0, 2)):
+                twin = block(8, 2, 2.0).eval()
+                twin.load_state_dict(reference.state_dict())
+                twin.drop_path1, twin.drop_path2 = ref.LayerScale(8, a), ref.LayerScale(8, m)
+                rows.append((twin(x) - out).abs().flatten(1).amax(1) < 1e-4)
+            return torch.stack(rows)
 
-        ignored = (BLOCK_IGNORED)
         c.ok(not torch.allclose(out, reference(x), atol=1e-5), "in training mode with drop_path=0.5 no residual "
-             "branch was ever dropped", ignored)
-        found = fits()
-        matched = torch.stack(list(found.values())).any(0)
-        if not matched.all():
-            hint = (BLOCK_AROUND_SUM if torch.stack(list(fits(True).values())).any(0).all() else
-                    "drop or keep each residual branch whole, scaled by 1/(1-p): x = x + drop_path1(ls1(attn(norm1("
-                    "x)))); x = x + drop_path2(ls2(mlp(norm2(x))))")
-            c.fail(f"in training mode, {int((~matched).sum())} of {len(x)} samples are not x plus each residual "
-                   "branch either dropped or kept (and scaled by 1/(1-p) = 2)", hint)
-        c.ok(not found[2, 2].all(), "in training mode with drop_path=0.5 no residual branch was ever dropped",
-             ignored)
+             "branch was ever dropped", BLOCK_IGNORED)
+        matched = fits(ref.EncoderBlock)
+        if not matched.any(0).all():
+            wiring = c.diagnose(_slips(c, "drop_path"), lambda wrong: wrong.any(0).all(), fits)
+            c.fail(f"in training mode, {int((~matched.any(0)).sum())} of {len(x)} samples are not x plus each "
+                   "residual branch either dropped or kept (and scaled by 1/(1-p) = 2)", wiring or "drop or keep each "
+                   "residual branch whole, scaled by 1/(1-p): x = x + drop_path1(ls1(attn(norm1(x)))); x = x + "
+                   "drop_path2(ls2(mlp(norm2(x))))")
+        c.ok(not matched[-1].all(), "in training mode with drop_path=0.5 no residual branch was ever dropped",
+             BLOCK_IGNORED)
 
 
 def _dropouts(c, cls, g):
@@ -442,12 +398,6 @@ class MLPErf(nn.Module):
         return F.dropout(self.fc2(h), self.drop, self.training)
 
 
-class MLPNames(nn.Module):
-    def __init__(self, dim, hidden_dim):
-        super().__init__()
-        self.linear1, self.linear2 = nn.Linear(dim, hidden_dim), nn.Linear(hidden_dim, dim)
-
-
 class LayerNormRsqrt(ref.LayerNorm):
     def forward(self, x):
         centred = x - x.mean(-1, keepdim=True)
@@ -474,25 +424,6 @@ class DropPathTimm(nn.Module):
         return x.div(keep) * mask
 
 
-class DropPathOtherName(DropPathTimm):
-    """p kept as `drop_prob`: the given extra_repr, which reads self.p, then raises."""
-
-    def __init__(self, p=0.0):
-        super().__init__(p)
-        self.drop_prob = p
-        del self.p
-
-    def forward(self, x):
-        self.p = self.drop_prob
-        try:
-            return super().forward(x)
-        finally:
-            del self.p
-
-    def extra_repr(self):
-        return f"p={self.p}"
-
-
 class _MLP(ref.MLP):
     """The reference MLP with one slip, ``slip`` (None: none)."""
 
@@ -502,6 +433,9 @@ class _MLP(ref.MLP):
         super().__init__(dim, hidden_dim, drop)
         if self.slip == "no_bias":
             self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
+        if self.slip == "names":
+            self.linear1, self.linear2 = self.fc1, self.fc2
+            del self.fc1, self.fc2
         if self.slip == "one_dropout":  # one module `drop` for both places (the statement names two)
             del self.drop1, self.drop2
             self.drop = nn.Dropout(drop)
@@ -553,16 +487,9 @@ class _LayerNorm(ref.LayerNorm):
         mean = x.mean(axis, keepdim=True)
         mean = mean.detach() if slip == "mean_detached" else mean
         weight = self.weight.data if slip == "weight_data" else self.weight
-        if knobs.get("eps_outside"):
-            y = (x - mean) / (x.std(axis, unbiased=unbiased, keepdim=True) + eps)
-        elif slip == "in_place":
-            var = x.var(axis, unbiased=unbiased, keepdim=True)
-            x -= mean
-            y = x / torch.sqrt(var + eps)
-        else:
-            var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased,
-                                                                                       keepdim=True)
-            y = (x - mean) / torch.sqrt(var + eps)
+        var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased, keepdim=True)
+        centred = x.sub_(mean) if slip == "in_place" else x - mean
+        y = centred / (var.sqrt() + eps if knobs.get("eps_outside") else torch.sqrt(var + eps))
         return y * weight + self.bias * knobs.get("bias", True) if knobs.get("affine", True) else y
 
 
@@ -578,16 +505,21 @@ class _DropPath(DropPathTimm):
     def __init__(self, p=0.0):
         nn.Module.__init__(self) if self.slip == "no_check" else super().__init__(p)
         self.p = p
+        if self.slip == "drop_prob":  # p kept as `drop_prob`: the given extra_repr, which reads self.p, raises
+            self.drop_prob = p
+            del self.p
+
+    def extra_repr(self):  # the statement's
+        return f"p={self.p}"
 
     def forward(self, x):
-        slip = self.slip
-        if self.p == 0.0 or not (self.training or slip == "in_eval"):
+        slip, p = self.slip, self.drop_prob if self.slip == "drop_prob" else self.p
+        if p == 0.0 or not (self.training or slip == "in_eval"):
             return x
-        keep = self.p if slip == "keep_is_p" else 1 - self.p
+        keep = p if slip == "keep_is_p" else 1 - p
         shape = {"elementwise": x.shape, "mask_3d": (x.shape[0], 1, 1), "one_coin": ()}.get(
             slip, (x.shape[0],) + (1,) * (x.ndim - 1))
-        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - self.p}.get(
-            slip, 1 / (1 - self.p))
+        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - p}.get(slip, 1 / (1 - p))
         return x.mul_(mask) if slip == "mul_" else (x.detach() if slip == "detach" else x) * mask
 
 
@@ -639,56 +571,38 @@ class _Block(ref.EncoderBlock):
     def forward(self, x, mask=None):
         slip = self.slip
         attn = lambda y: self.attn(y, mask=None if slip == "nomask" else mask)  # noqa: E731
+        norm1, norm2, mlp = self.ln1 if slip == "ln1" else self.norm1, self.norm2, self.mlp
         ls1, ls2 = {"swap_ls": (self.ls2, self.ls1), "no_ls": (nn.Identity(), nn.Identity())}.get(
             slip, (self.ls1, self.ls2))
-        if slip == "ln1":
-            x = x + attn(self.ln1(x))
-            return x + self.mlp(self.norm2(x))
-        if slip == "post":
-            x = self.norm1(x + attn(x))
-            return self.norm2(x + self.mlp(x))
-        if slip == "shared":
-            x = x + attn(self.norm1(x))
-            return x + self.mlp(self.norm1(x))
-        if slip == "nores":
-            x = attn(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
-        if slip == "parallel":
-            return x + attn(self.norm1(x)) + self.mlp(self.norm2(x))
-        if slip == "norm_in_residual":
-            x = self.norm1(x) + attn(self.norm1(x))
-            return self.norm2(x) + self.mlp(self.norm2(x))
-        if slip == "mlp_first":
-            x = x + self.mlp(self.norm2(x))
-            return x + attn(self.norm1(x))
-        if slip == "residual_normalised":
-            x = self.norm1(x)
-            x = x + attn(x)
-            return x + self.mlp(self.norm2(x))
-        if slip == "no_mlp_residual":
-            return self.mlp(self.norm2(x + attn(self.norm1(x))))
-        if slip == "no_residuals":
-            return self.mlp(self.norm2(attn(self.norm1(x))))
-        if slip == "mlp_unnormalised":
-            x = x + attn(self.norm1(x))
-            return x + self.mlp(x)
-        if slip == "around_sum":
-            x = self.drop_path1(x + ls1(attn(self.norm1(x))))
-            return self.drop_path2(x + ls2(self.mlp(self.norm2(x))))
+        wired = {  # the wrong wirings: (the attention's update, then the MLP's), each a function of the x it is given
+            "post": (lambda y: norm1(y + attn(y)), lambda y: norm2(y + mlp(y))),
+            "shared": (lambda y: y + attn(norm1(y)), lambda y: y + mlp(norm1(y))),
+            "nores": (lambda y: attn(norm1(y)), lambda y: y + mlp(norm2(y))),
+            "norm_in_residual": (lambda y: norm1(y) + attn(norm1(y)), lambda y: norm2(y) + mlp(norm2(y))),
+            "mlp_first": (lambda y: y + mlp(norm2(y)), lambda y: y + attn(norm1(y))),
+            "residual_normalised": (lambda y: norm1(y) + attn(norm1(y)), lambda y: y + mlp(norm2(y))),
+            "no_mlp_residual": (lambda y: y + attn(norm1(y)), lambda y: mlp(norm2(y))),
+            "no_residuals": (lambda y: attn(norm1(y)), lambda y: mlp(norm2(y))),
+            "mlp_unnormalised": (lambda y: y + attn(norm1(y)), lambda y: y + mlp(y)),
+            "around_sum": (lambda y: self.drop_path1(y + ls1(attn(norm1(y)))),
+                           lambda y: self.drop_path2(y + ls2(mlp(norm2(y))))),
+        }
+        if slip in wired:
+            first, second = wired[slip]
+            return second(first(x))
+        if slip == "parallel":  # both branches read the block's input
+            return x + attn(norm1(x)) + mlp(norm2(x))
         if slip == "eval_drop_path":
             keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
-            x = x + keep * attn(self.norm1(x))
-            return x + self.mlp(self.norm2(x))
-        if slip == "attn_no_grad":
-            with torch.no_grad():
-                branch = attn(self.norm1(x))
-        else:
-            branch = attn(self.norm1(x))
+            x = x + keep * attn(norm1(x))
+            return x + mlp(norm2(x))
+        with torch.no_grad() if slip == "attn_no_grad" else contextlib.nullcontext():
+            branch = attn(norm1(x))
         if slip == "in_place":
             x += self.drop_path1(ls1(branch))
         else:
             x = (x.detach() if slip == "residual_detached" else x) + self.drop_path1(ls1(branch))
-        return x + self.drop_path2(ls2(self.mlp(self.norm2(x))))
+        return x + self.drop_path2(ls2(mlp(norm2(x))))
 
 
 def _block(slip):
@@ -696,12 +610,14 @@ def _block(slip):
 
 
 SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("names", "names", BLOCK_NAMES, MLPNames),
+    ("names", "names", BLOCK_NAMES, _mlp("names")),
     ("no_bias", "names", BLOCK_NO_BIAS, _mlp("no_bias")),
-    ("relu", "output", BLOCK_RELU, _mlp("relu")),
-    ("tanh", "output", BLOCK_TANH, _mlp("tanh")),
-    ("no_activation", "output", NO_ACTIVATION, _mlp("no_act")),
-    ("residual_inside", "output", BLOCK_RESIDUAL_INSIDE, _mlp("residual_inside")),
+    ("relu", "output", "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()", _mlp("relu")),
+    ("tanh", "output", "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() "
+     "(approximate='none')", _mlp("tanh")),
+    ("no_activation", "output", "there is no activation between fc1 and fc2: add nn.GELU()", _mlp("no_act")),
+    ("residual_inside", "output", "the input is added to the MLP's output: the residual belongs to the encoder block, "
+     "the MLP returns fc2's output alone", _mlp("residual_inside")),
     ("act_after_fc2", "output", "the activation is applied after fc2 as well (or only there): it goes between fc1 "
      "and fc2", _mlp("act_after_fc2")),
     ("functional", "dropout", MLP_EVAL, _mlp("functional")),
@@ -718,44 +634,55 @@ SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl i
     ("plain_tensors", "parameters", PLAIN_TENSOR, _layer_norm("plain_tensors")),
     ("no_parameters", "parameters", PLAIN_TENSOR, _layer_norm("no_parameters")),
     ("random_start", "parameters", NEW_NORM, _layer_norm("random_start")),
-    ("unbiased", "output", BLOCK_UNBIASED, _layer_norm(unbiased=True)),
-    ("eps_outside", "output", BLOCK_EPS_OUTSIDE, _layer_norm(eps_outside=True)),
-    ("not_affine", "output", NOT_AFFINE, _layer_norm(affine=False)),
-    ("eps_ignored", "output", EPS_IGNORED, _layer_norm(eps=1e-5)),
-    ("axis", "output", NORM_AXIS, _layer_norm(axis=0)),
+    ("unbiased", "output", "this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, "
+     "`x.var(-1, unbiased=False)`", _layer_norm(unbiased=True)),
+    ("eps_outside", "output", "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + "
+     "eps)", _layer_norm(eps_outside=True)),
+    ("not_affine", "output", "weight and bias are not applied: scale by `weight` and shift by `bias` at the end",
+     _layer_norm(affine=False)),
+    ("eps_ignored", "output", "eps seems ignored or hard-coded: use the eps given to the constructor",
+     _layer_norm(eps=1e-5)),
+    ("axis", "output", "the mean and variance are taken over the wrong axis: normalise each token over its own "
+     "features, the last axis", _layer_norm(axis=0)),
     ("whole_tensor", "output", "the mean and variance are taken over the whole tensor: normalise each token over "
      "its own features, x.mean(-1, keepdim=True)", _layer_norm(axis="all")),
     ("no_bias", "output", "the bias is not added: scale by `weight`, then shift by `bias`", _layer_norm(bias=False)),
     ("mean_of_squares", "output", "the variance is the mean of x squared, E[x^2]: take it of the centred x, "
      "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)", _layer_norm(raw_var=True)),
-    ("torch_default", "eps", BLOCK_TORCH_DEFAULT, _layer_norm("torch_default")),
+    ("torch_default", "eps", "the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and "
+     "timm's value; PyTorch's default is 1e-5)", _layer_norm("torch_default")),
     ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
     ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
     ("x_minus_mean", "inputs", IN_PLACE, _layer_norm("in_place")),
 ]]
-SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name) if impl is None else impl)
-          for name, rule, hint, impl in [
-    ("in_eval", "eval", BLOCK_IN_EVAL, None),
-    ("elementwise", "training", BLOCK_ELEMENTWISE, None),
-    ("one_coin", "training", BLOCK_ONE_COIN, None),
-    ("not_scaled", "training", UNBIASED, None),
-    ("times_keep", "training", NO_MULTIPLY, None),
-    ("keep_is_p", "training", KEEP_IS_P, None),
-    ("mask_3d", "training", BLOCK_MASK_3D, None),
-    ("no_check", "error", BLOCK_NO_CHECK, None),
-    ("detach", "gradient", CUT_AT, None),
-    ("mul_", "inputs", IN_PLACE, None),
-    ("drop_prob", "p", BLOCK_DROP_PROB, DropPathOtherName),
+SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name)) for name, rule, hint in [
+    ("in_eval", "eval", BLOCK_IN_EVAL),
+    ("elementwise", "training", BLOCK_ELEMENTWISE),
+    ("one_coin", "training", BLOCK_ONE_COIN),
+    ("not_scaled", "training", UNBIASED),
+    ("times_keep", "training", NO_MULTIPLY),
+    ("keep_is_p", "training", KEEP_IS_P),
+    ("mask_3d", "training", BLOCK_MASK_3D),
+    ("no_check", "error", BLOCK_NO_CHECK),
+    ("detach", "gradient", CUT_AT),
+    ("mul_", "inputs", IN_PLACE),
+    ("drop_prob", "p", BLOCK_DROP_PROB),
 ]]
 SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
     ("ln1", "names", BLOCK_LN1, _block("ln1")),
-    ("post_norm", "output", BLOCK_POST_NORM, _block("post")),
-    ("no_residual", "output", BLOCK_NO_RESIDUAL, _block("nores")),
-    ("parallel", "output", BLOCK_PARALLEL, _block("parallel")),
-    ("no_mask", "mask", BLOCK_NO_MASK, _block("nomask")),
+    ("post_norm", "output", "this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
+     "attn(norm1(x)); x = x + mlp(norm2(x))", _block("post")),
+    ("no_residual", "output", "the residual connection around attention is missing: x = x + attn(norm1(x))",
+     _block("nores")),
+    ("parallel", "output", "both branches read the same x (a parallel block): the MLP reads the x updated by "
+     "attention, x = x + attn(norm1(x)); x = x + mlp(norm2(x))", _block("parallel")),
+    ("no_mask", "mask", "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
+     _block("nomask")),
     ("qkv_bias", "options", BLOCK_QKV_BIAS, _block("qkv_bias")),
-    ("swap_ls", "options", BLOCK_SWAP_LS, _block("swap_ls")),
-    ("around_sum", "drop_path", BLOCK_AROUND_SUM, _block("around_sum")),
+    ("swap_ls", "options", "ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch",
+     _block("swap_ls")),
+    ("around_sum", "drop_path", "DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
+     "drop_path1(ls1(attn(norm1(x))))", _block("around_sum")),
     ("ignored", "drop_path", BLOCK_IGNORED, _block("drop_path")),
     ("residual_detached", "gradient", CUT_AT, _block("residual_detached")),
     ("attn_no_grad", "gradient", CUT_AT, _block("attn_no_grad")),
@@ -764,7 +691,8 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
     ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("proj_drop")),
     ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
     ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
-    ("shared_norm", "output", SHARED_NORM, _block("shared")),
+    ("shared_norm", "output", "the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
+     "before the MLP", _block("shared")),
     ("norm_in_residual", "output", "the residual adds the normalised x: add the branch to x itself, x = x + "
      "attn(norm1(x))", _block("norm_in_residual")),
     ("no_mlp_residual", "output", "the residual connection around the MLP is missing: x = x + mlp(norm2(x))",
@@ -777,7 +705,8 @@ SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, imp
     ("mlp_unnormalised", "output", "the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))",
      _block("mlp_unnormalised")),
     ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
-    ("ls_not_applied", "options", LS_NOT_APPLIED, _block("no_ls")),
+    ("ls_not_applied", "options", "LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the "
+     "MLP branch", _block("no_ls")),
     ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),
 ]]
 
