@@ -348,40 +348,13 @@ def _dropouts(c, cls, g):
         BLOCK_NO_PROJ_DROP)
 
 
-# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
-# and the words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "MLP": {
-        "names": "`fc1 = nn.Linear(dim, hidden_dim)`",
-        "output": "fc1, GELU, dropout, fc2, dropout",
-        "dropout": "`drop1 = nn.Dropout(drop)`",
-        "gradient": "gradients flow back to `x`, `fc1` and `fc2`",
-    },
-    "LayerNorm": {
-        "names": "parameters `weight` (ones, shape `(dim,)`) and `bias` (zeros)",
-        "parameters": "parameters `weight` (ones, shape `(dim,)`) and `bias` (zeros)",
-        "output": "as in the formula above",
-        "eps": "`LayerNorm(dim, eps=1e-6)`",
-        "gradient": "gradients flow back to `x`, `weight` and `bias`",
-    },
-    "DropPath": {
-        "eval": "In eval mode, or with $p = 0$, return `x` unchanged",
-        "training": "in training mode multiply each sample by its own 0-or-1 mask and divide by $1 - p$",
-        "error": "raise a `ValueError` unless $0 \\le p < 1$",
-        "p": "keep the probability as `self.p`",
-        "gradient": "Gradients flow back to `x`",
-    },
-    "EncoderBlock": {
-        "names": "with timm's names",
-        "output": "apply the two pre-norm residual updates of section 1",
-        "mask": "passing `mask` to the attention",
-        "options": "`ls1`, a `LayerScale(dim, init_values)` if `init_values` else `nn.Identity()`",
-        "drop_path": "`drop_path1`, a `DropPath(drop_path)` if `drop_path > 0` else `nn.Identity()`",
-        "eps": "`norm1 = nn.LayerNorm(dim, eps=1e-6)`",
-        "dropout": "`attn = MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
-                   "proj_drop=drop)`",
-        "gradient": "Gradients flow back to `x` and every parameter",
-    },
+    "MLP": ("names", "output", "dropout", "gradient"),
+    "LayerNorm": ("names", "parameters", "output", "eps", "gradient"),
+    "DropPath": ("eval", "training", "error", "p", "gradient"),
+    "EncoderBlock": ("names", "output", "mask", "options", "drop_path", "eps", "dropout", "gradient"),
 }
 
 

@@ -203,40 +203,13 @@ def add_class_token_and_position(c, fn):
                  shapes=[(1, rows, 6), [(2, 4, 6), (2, 5, 6)]])
 
 
-# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
-# and the words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "patchify": {
-        "output": "patches row by row from the top-left, each flattened in `(p1 p2 c)` order",
-        "error-ndim": "raise `ValueError` when `images` is not 4-dimensional",
-        "error-sides": "when $H$ or $W$ is not divisible by $P$",
-        "gradient": "**Gradients** flow back to `images`",
-    },
-    "unpatchify": {
-        "output": "`unpatchify(patchify(x, P), P, x.shape[-2:])` equal to `x`",
-        "image-size": "either an int $H$ (square images) or a pair $(H, W)$",
-        "error-sides": "`ValueError` when the sides aren't divisible by $P$",
-        "error-ndim": "not 3-dimensional",
-        "error-length": "its length is not $(H/P)(W/P)$",
-        "error-width": "its width is not a multiple of $P^2$",
-        "gradient": "**Gradients** flow back to `patches`",
-    },
-    "PatchEmbedding": {
-        "attributes": "stores `image_size` as a pair (use `to_pair`), `patch_size` (one int $P$) and `in_channels`, "
-                      "the grid `grid_size` (rows, columns) and `num_patches` $N$",
-        "names": "creates `proj = nn.Linear(P*P*in_channels, dim)`",
-        "output": "returns tokens $(b, N, D)$",
-        "error-init": "It raises `ValueError` when $P$ does not divide both sides",
-        "error-shape": "raises `ValueError` when the images don't have the shape the module was built for",
-        "gradient": "Gradients flow back to the images and to `proj`",
-    },
-    "add_class_token_and_position": {
-        "output": "the class token in front of every sequence, then the position embeddings added",
-        "no-class-token": "or `None` for a model without one",
-        "error": "`ValueError` when `pos_embed` doesn't fit the token sequence (too few rows, too many, or one row "
-                 "that would broadcast), naming both shapes",
-        "gradient": "**Gradients** flow back to `tokens`, `cls_token` and `pos_embed`",
-    },
+    "patchify": ("output", "error-ndim", "error-sides", "gradient"),
+    "unpatchify": ("output", "image-size", "error-sides", "error-ndim", "error-length", "error-width", "gradient"),
+    "PatchEmbedding": ("attributes", "names", "output", "error-init", "error-shape", "gradient"),
+    "add_class_token_and_position": ("output", "no-class-token", "error", "gradient"),
 }
 
 
