@@ -59,11 +59,6 @@ MERGED_INTERLEAVED = ("your heads' features are interleaved (every h-th feature 
                       "head's d features side by side as one block, the pattern 'b h n d -> b n (h d)'")
 
 
-def _slips(exercise, *rules):
-    """The record's slips of ``exercise`` that break one of ``rules`` (none given: the output)."""
-    return [s for s in SLIPS if s.exercise == exercise and s.rule in (rules or ("output",))]
-
-
 @check("split_heads")
 def split_heads(c, fn):
     """(b, n, h*d) -> (b, h, n, d): head i owns the i-th contiguous block of d features; gradients reach x; a
@@ -72,7 +67,7 @@ def split_heads(c, fn):
     for b, n, width, h in SPLIT_CASES:
         x = torch.randn(b, n, width, generator=g)
         d = width // h
-        c.close(c.call(fn, x, h), ref.split_heads(x, h), f"split into {h} heads", c.named(_slips("split_heads"), x, h),
+        c.close(c.call(fn, x, h), ref.split_heads(x, h), f"split into {h} heads", c.named(c.slips("output"), x, h),
                 shape_hints=[((b, n, h, d), HEAD_AXIS), ((b, d, n, h), HEADS_AS_WIDTH)])
     gradient_flow(c, fn, lambda t: c.call(fn, t["x"], 3), lambda t: ref.split_heads(t["x"], 3),
                   dict(x=torch.randn(2, 4, 12, generator=g)))
@@ -88,7 +83,7 @@ def merge_heads(c, fn):
         d = width // h
         x = torch.randn(b, h, n, d, generator=g)
         got = c.call(fn, x)
-        c.close(got, ref.merge_heads(x), "merged heads", c.named(_slips("merge_heads"), x),
+        c.close(got, ref.merge_heads(x), "merged heads", c.named(c.slips("output"), x),
                 shape_hints=[((b, n, h, d), STILL_SPLIT), ((b, h, n * d), TOKENS_FEATURES)])
         c.close(ref.split_heads(got, h), x, "split_heads(merge_heads(x)), which should give x back")
     gradient_flow(c, fn, lambda t: c.call(fn, t["x"]), lambda t: ref.merge_heads(t["x"]),
@@ -115,11 +110,6 @@ def reference_attention(m, x, mask=None):
     return ref.scaled_dot_product_attention(q, k, v, mask)
 
 
-def _mha_slips(reference, args, x, mask=None):
-    """(slip, thunk) pairs for ``close``: the record's MultiHeadAttention slips of the output and the mask."""
-    return twins(_slips("MultiHeadAttention", "output", "mask"), reference, args, x, mask=mask)
-
-
 @check("MultiHeadAttention")
 def MultiHeadAttention(c, cls):
     """MultiHeadAttention(dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0): timm's names and
@@ -138,10 +128,11 @@ def MultiHeadAttention(c, cls):
         with torch.no_grad():
             _split_qkv(c, model, reference, x, label)
             c.phase("output")
-            c.close(c.call(model, x, label=label), reference(x), "output", _mha_slips(reference, (dim, heads), x))
+            c.close(c.call(model, x, label=label), reference(x), "output",
+                    twins(c.slips("output", "mask"), reference, (dim, heads), x))
             c.phase("mask")
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                    _mha_slips(reference, (dim, heads), x, mask))
+                    twins(c.slips("output", "mask"), reference, (dim, heads), x, mask=mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, reference_attention(reference, x)[1], label, mask,
                                     reference_attention(reference, x, mask)[1], [((batch, n, n), PER_HEAD)],

@@ -54,11 +54,6 @@ MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 a
 MLP_TRAIN = "drop seems ignored: apply self.drop1 after the activation and self.drop2 after fc2"
 
 
-def _slips(c, *rules):
-    """The record's slips of the exercise ``c`` checks that break one of ``rules``."""
-    return [s for s in SLIPS if s.exercise == c.name and s.rule in rules]
-
-
 @check("MLP")
 def MLP(c, cls):
     """MLP(dim, hidden_dim, drop=0.): fc1 -> exact GELU -> dropout -> fc2 -> dropout, on any leading shape;
@@ -73,7 +68,7 @@ def MLP(c, cls):
         x = torch.randn(*shape, dim, generator=g) * 2
         with torch.no_grad():
             c.close(c.call(model, x, label=f"MLP({dim}, {hidden})"), reference(x), "output",
-                    twins(_slips(c, "output"), reference, (dim, hidden), x))
+                    twins(c.slips("output"), reference, (dim, hidden), x))
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=f"MLP({dim}, {hidden})"),
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
     c.phase("dropout")
@@ -106,7 +101,7 @@ def LayerNorm(c, cls):
         w, b = reference.weight.detach(), reference.bias.detach()
         with torch.no_grad():
             c.close(c.call(model, x, label=f"LayerNorm({dim}, eps={eps})"), F.layer_norm(x, (dim,), w, b, eps),
-                    "output", twins(_slips(c, "output"), reference, (dim, eps), x))
+                    "output", twins(c.slips("output"), reference, (dim, eps), x))
         constant = torch.full((2, dim), 3.0)
         with torch.no_grad():
             got = c.call(model, constant, label=f"LayerNorm({dim}, eps={eps})")
@@ -142,7 +137,7 @@ def _layer_norm_defaults(c, cls, g):
     with torch.no_grad():
         got = c.call(model, x, label="LayerNorm(6)")
     c.close(got, F.layer_norm(x, (6,), eps=1e-6), "output of LayerNorm(6), with the default eps",
-            twins(_slips(c, "eps"), ref.LayerNorm(6), (6,), x), atol=1e-4)
+            twins(c.slips("eps"), ref.LayerNorm(6), (6,), x), atol=1e-4)
 
 
 @check("DropPath")
@@ -255,11 +250,11 @@ def EncoderBlock(c, cls):
         label = f"EncoderBlock({dim}, {heads}, {ratio})"
         with torch.no_grad():
             c.close(c.call(model, x, label=label), reference(x), "output",
-                    twins(_slips(c, "output", "mask"), reference, (dim, heads, ratio), x), atol=1e-4)
+                    twins(c.slips("output", "mask"), reference, (dim, heads, ratio), x), atol=1e-4)
             c.phase("mask")
             mask = random_mask((n, n), g)
             c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
-                    twins(_slips(c, "output", "mask"), reference, (dim, heads, ratio), x, mask=mask), atol=1e-4)
+                    twins(c.slips("output", "mask"), reference, (dim, heads, ratio), x, mask=mask), atol=1e-4)
             c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
                       dict(x=x), model, reference)
@@ -287,7 +282,7 @@ def _options(c, cls, g):
         c.ok(torch.equal(c.tensor(got, "output in eval mode", x.shape), c.call(model, x, label=label)),
              "in eval mode two calls on the same input gave different outputs", EVAL_RANDOM)
         c.close(got, reference(x), f"output in eval mode with {SHOWN}",
-                twins(_slips(c, "options"), reference, (8, 2, 2.0, *OPTIONS.values()), x), atol=1e-4)
+                twins(c.slips("options"), reference, (8, 2, 2.0, *OPTIONS.values()), x), atol=1e-4)
 
 
 def _drop_path(c, cls, g):
@@ -319,7 +314,7 @@ def _drop_path(c, cls, g):
              "branch was ever dropped", BLOCK_IGNORED)
         matched = fits(ref.EncoderBlock)
         if not matched.any(0).all():
-            wiring = c.diagnose(_slips(c, "drop_path"), lambda wrong: wrong.any(0).all(), fits)
+            wiring = c.diagnose(c.slips("drop_path"), lambda wrong: wrong.any(0).all(), fits)
             c.fail(f"in training mode, {int((~matched.any(0)).sum())} of {len(x)} samples are not x plus each "
                    "residual branch either dropped or kept (and scaled by 1/(1-p) = 2)", wiring or "drop or keep each "
                    "residual branch whole, scaled by 1/(1-p): x = x + drop_path1(ls1(attn(norm1(x)))); x = x + "

@@ -49,11 +49,6 @@ NO_CLASS_TOKEN = ("cls_token is None for a model without a class token: prepend 
 PATCH_CASES = ((2, 3, 12, 8, 4), (1, 1, 28, 28, 7), (3, 2, 6, 9, 3), (2, 3, 5, 5, 5), (1, 4, 2, 2, 1))
 
 
-def _slips(c, *rules):
-    """The record's slips of the exercise ``c`` checks that break one of ``rules``."""
-    return [s for s in SLIPS if s.exercise == c.name and s.rule in rules]
-
-
 @check("patchify")
 def patchify(c, fn):
     """(b, c, H, W) -> (b, N, P*P*c): patches row by row from the top-left, each flattened (p1 p2 c); gradients
@@ -63,7 +58,7 @@ def patchify(c, fn):
         images = torch.randn(b, ch, height, width, generator=g)
         got = c.call(fn, images, p)
         c.close(got, ref.patchify(images, p), f"patches of a {height}x{width} image with patch size {p}",
-                c.named(_slips(c, "output"), images, p),
+                c.named(c.slips("output"), images, p),
                 shape_hints=[((b, ch * p * p, height * width // p // p), PATCH_UNFOLD_LAYOUT)])
     images = torch.randn(2, 3, 8, 12, generator=g)
     gradient_flow(c, fn, lambda t: c.call(fn, t["images"], 4), lambda t: ref.patchify(t["images"], 4),
@@ -87,7 +82,7 @@ def unpatchify(c, fn):
         c.phase("image-size" if isinstance(size, int) else "output")
         got = c.call(fn, patches, p, size)
         c.close(got, images, f"image rebuilt from patches of size {p} (image_size={size})",
-                c.named(_slips(c, "output"), patches, p, size), shape_hints=[
+                c.named(c.slips("output"), patches, p, size), shape_hints=[
                     ((b, height, width, ch), PATCH_CHANNELS_LAST), ((b, ch, width, height), PATCH_SIDES_SWAPPED)])
     c.phase("output")
     images = torch.randn(2, 3, 8, 12, generator=g)
@@ -134,7 +129,7 @@ def PatchEmbedding(c, cls):
         with torch.no_grad():
             got = c.call(model, images, label=shown)
             c.close(got, reference(images), "patch tokens",
-                    twins(_slips(c, "output"), reference, (size, p, ch, dim), images),
+                    twins(c.slips("output"), reference, (size, p, ch, dim), images),
                     shape_hints=[((b, dim, size // p, size // p), PATCH_CONV_MAP)])
         c.phase("names")
         c.ok(isinstance(getattr(model, "proj", None), nn.Linear), f"{shown}.proj should be an nn.Linear, got "
@@ -183,7 +178,7 @@ def add_class_token_and_position(c, fn):
         pos = torch.randn(1, n + 1, dim, generator=g)
         got = c.call(fn, tokens, cls_token, pos, errors=[("Sizes of tensors must match except in dimension", EXPAND)])
         c.close(got, ref.add_class_token_and_position(tokens, cls_token, pos), "tokens with class token and "
-                "positions", c.named(_slips(c, "output"), tokens, cls_token, pos), shape_hints=[
+                "positions", c.named(c.slips("output"), tokens, cls_token, pos), shape_hints=[
                     ((b, n, dim), "the class token was not prepended: concatenate it in front of the patch tokens "
                      "(expand it to the batch first)"),
                     ((1, n + 1, dim), "expand the class token to the batch: cls_token.expand(b, -1, -1)")])

@@ -141,8 +141,7 @@ def _one_step(c, fn, mine, theirs, smoothing, step, g):
             return float(out.detach() if torch.is_tensor(out) else out)
         shown = f"label_smoothing={smoothing}" + (", bfloat16 logits" if learner.dtype != torch.float32 else "")
         c.fail(f"step {step} ({shown}) returned loss {got:.6g}, expected {expected:.6g}", c.diagnose(
-            [s for s in SLIPS if s.exercise == "train_step" and s.rule in ("loss", "float32")],
-            lambda loss: math.isclose(loss, got, rel_tol=1e-5, abs_tol=1e-7), replay))
+            c.slips("loss", "float32"), lambda loss: math.isclose(loss, got, rel_tol=1e-5, abs_tol=1e-7), replay))
     c.tests += 1
     c.phase("step")
     if torch.equal(before[0].fc.weight, learner.fc.weight):
@@ -251,7 +250,7 @@ def _evaluate_values(c, model, batches, sizes, result):
         c.fail(f"should return a pair (mean_loss, accuracy), got {type(result).__name__}")
     loss, accuracy = c.number(result[0], "the mean loss"), c.number(result[1], "the accuracy")
     expected = ref.evaluate(copy.deepcopy(model), batches)
-    slips = [s for s in SLIPS if s.exercise == "evaluate" and s.rule == "output"]
+    slips = c.slips("output")
     for i, (what, got) in enumerate((("mean loss", loss), ("accuracy", accuracy))):
         if not math.isclose(got, expected[i], rel_tol=1e-5, abs_tol=1e-9):
             c.fail(f"{what} {got:.6g} over batches of sizes {sizes}, expected {expected[i]:.6g}", c.diagnose(
@@ -357,7 +356,7 @@ SLIPS_OF = {s.name: s for s in SLIPS}
 def warmup_cosine(c, fn):
     """warmup_cosine(step, total_steps, warmup_steps, base_lr, min_lr=0.0): linear warmup, then cosine to min_lr,
     which it reaches at step = total_steps (or right after the warmup when there is no step left for it)."""
-    slips = [s for s in SLIPS if s.exercise == "warmup_cosine"]
+    slips = c.slips()
     for total, warmup, base, low in ((20, 5, 1e-3, 1e-5), (10, 0, 0.1, 0.0), (7, 3, 2.0, 0.5), (50, 1, 5e-4, 0.0),
                                      (4, 4, 0.1, 0.01)):
         kwargs = {"min_lr": low} if low else {}

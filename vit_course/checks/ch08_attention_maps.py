@@ -32,7 +32,7 @@ def attention_rollout(c, fn):
         got = c.call(fn, attentions)
         expected = ref.attention_rollout(attentions)
         c.close(got, expected, f"rollout of {layers} layers of {b}x{h}x{n}x{n} weights", c.named(
-            [s for s in SLIPS if s.exercise == "attention_rollout" and s.rule == "output"], attentions),
+            c.slips("output"), attentions),
             shape_hints=[((b, h, n, n), MAPS_NO_MEAN)])
     half = [_attention(g, 2, 2, 4).half() for _ in range(2)]
     got = c.call(fn, half)
@@ -58,8 +58,7 @@ def mean_attention_distance(c, fn):
             fn, attention[:, :, prefix:, prefix:], grid_arg, patch) and MAPS_KEEP_CLASS_TOKEN or None)
         c.close(got, ref.mean_attention_distance(attention, grid_arg, patch), f"mean attention distance of "
                 f"{b}x{h}x{n}x{n} weights on a {grid[0]}x{grid[1]} grid of {patch}-pixel patches",
-                c.named([s for s in SLIPS if s.exercise == "mean_attention_distance" and s.rule == "output"],
-                        attention, grid_arg, patch),
+                c.named(c.slips("output"), attention, grid_arg, patch),
                 atol=1e-4, shape_hints=[((), "return one distance per head, (h,): average over batch and queries "
                                              "only"), ((b, h), MAPS_PER_IMAGE)])
     hint = MAPS_NO_VALIDATION

@@ -33,7 +33,7 @@ def delete_patches(c, fn):
         expected = ref.delete_patches(images, ranking, fraction, p)
         # the record's slips, then a fill of any value (the "fill" slip fills with -1 only)
         c.close(got, expected, f"images after deleting {fraction:.0%} of {n} patches of {p}x{p} in {size}", c.named(
-            [s for s in SLIPS if s.exercise == "delete_patches" and s.rule == "output"], images, ranking, fraction, p)
+            c.slips("output"), images, ranking, fraction, p)
             + [(DELETE_FILL, lambda: torch.where(expected == 0, got[expected == 0].flatten()[0], images))],
             shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
     images = torch.randn(2, 3, 8, 8, generator=g)

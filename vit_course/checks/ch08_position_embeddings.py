@@ -36,8 +36,7 @@ def position_embedding_similarity(c, fn):
         n = grid[0] * grid[1]
         c.close(got, ref.position_embedding_similarity(pos, grid_arg),
                 f"similarities of position embeddings {tuple(shape)} on a {grid[0]}x{grid[1]} grid",
-                c.named([s for s in SLIPS if s.exercise == "position_embedding_similarity" and s.rule == "output"],
-                        pos, grid_arg),
+                c.named(c.slips("output"), pos, grid_arg),
                 shape_hints=[((n, n), SIMILARITY_NOT_ON_GRID),
                              ((n + 1, n + 1), "drop the class token's row first, then lay the similarities out "
                                               "on the grid")])

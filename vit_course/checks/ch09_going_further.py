@@ -90,7 +90,7 @@ def resample_position_embeddings(c, fn):
     """(1, prefix + gh*gw, D) -> (1, prefix + new_gh*new_gw, D): patch embeddings resized bicubically (antialias=True,
     as timm) on their grid, the prefix rows kept in front, the dtype kept; ValueErrors for a grid that does not fit."""
     g = torch.Generator().manual_seed(14)
-    slips = [s for s in SLIPS if s.rule == "output"]
+    slips = c.slips("output")
     cases = (((1, 17, 8), 6, {}), ((1, 17, 6), (6, 8), {}), ((1, 9, 5), 5, dict(num_prefix_tokens=0)),
              ((1, 16, 4), (6, 4), dict(old_grid=(3, 5))), ((1, 26, 7), 3, {}), ((1, 13, 3), (2, 5), dict(
                  old_grid=(4, 3))))

@@ -43,9 +43,11 @@ class Slip:
 
     def __post_init__(self):
         NAMING.setdefault(id(self.hint), []).append(self)
+        CATALOGUE.setdefault(self.exercise, []).append(self)
 
 
 NAMING = {}  # id of a hint object -> the slips holding that very object (a check that passes it names them)
+CATALOGUE = {}  # exercise -> its slips, in their records' order (Checker.slips)
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,10 @@ class Checker:
         index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.ndim else ()
         self.fail(f"wrong {what}: largest difference {diff.max().item():.3g} at index {index} "
                   f"(yours {got[index].item():.4g}, expected {expected[index].item():.4g})", hint)
+
+    def slips(self, *rules):
+        """The catalogue's slips of the exercise being checked that break one of ``rules`` (none given: all)."""
+        return [s for s in CATALOGUE.get(self.name, ()) if not rules or s.rule in rules]
 
     @staticmethod
     def named(slips, *args, **kwargs):
