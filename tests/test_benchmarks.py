@@ -288,6 +288,15 @@ def test_a_gpu_check_notebook_that_fails_names_its_cell_and_exception(tmp_path):
         benchmark("gpu_check").notebook(path, torch.device("cpu"))()
 
 
+@needs_data
+def test_race_stability_reports_the_step_where_a_run_diverged_and_what_a_finite_run_reached():
+    race_stability = benchmark("race_stability")
+    diverged = race_stability.one_run("cnn", 1e3, "off", 0, seconds=5)  # a rate no training survives
+    assert re.match(r"loss became (nan|inf) at step \d+", diverged["diverged"]), diverged
+    finite = race_stability.one_run("cnn", 1e-3, "off", 0, seconds=2)
+    assert "diverged" not in finite and 0 < finite["epochs"] and 0.1 <= finite["accuracy"] <= 1, finite
+
+
 def test_the_committed_gpu_check_is_a_full_run_on_a_gpu_and_each_failed_step_says_why():
     """The record on the results page: every step of a full run (not --smoke) on a CUDA GPU; a step that failed
     keeps its error, whose last line the page shows (tools.results.gpu_check)."""
