@@ -591,23 +591,31 @@ def given(image_size, in_channels, stem_channels):
     return stem, channels, height, width
 
 
-def count(cls_token=True, biases=True, norms=True, head_bias=True, stem_slip=None, final_norm=True, patch_bias=True):
+def count(*slips):
+    """count_parameters by formula, with ``slips``: the parts it leaves out (the keys of ``block`` and ``parts``
+    below), or "in_channels" and "image_size" (the patches cut from the image, not from the stem's output), "square"
+    (N from the height alone), "mlp_ratio" (hidden = 4 * dim, whatever mlp_ratio) and "once" (one block counted)."""
     def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
                          pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
                          stem_channels=None, **_):
-        k = int(pool == "cls" if class_token is None else class_token) if cls_token else 0
+        k = int(pool == "cls" if class_token is None else class_token)
         stem, channels, height, width = given(image_size, in_channels, stem_channels)
-        stem = 0 if stem_slip == "no_stem" else stem
-        channels = in_channels if stem_slip == "in_channels" else channels
-        height, width = ref.to_pair(image_size) if stem_slip == "image_size" else (height, width)
-        hidden = int(dim * mlp_ratio)
-        n = (height // patch_size) ** 2 if stem_slip == "square" else (height // patch_size) * (width // patch_size)
-        block = (4 * dim * dim + 2 * dim * hidden + biases * (2 * dim + qkv_bias * 3 * dim + hidden) + norms * 4 * dim
-                 + 2 * dim * bool(init_values))
-        return (stem + patch_size ** 2 * channels * dim + biases * patch_bias * dim + k * dim
-                + (n + k) * dim * (pos_embed == "learned") + depth * block + norms * final_norm * 2 * dim
-                + dim * num_classes
-                + head_bias * num_classes)
+        channels = in_channels if "in_channels" in slips else channels
+        height, width = ref.to_pair(image_size) if "image_size" in slips else (height, width)
+        n = (height // patch_size) * ((height if "square" in slips else width) // patch_size)
+        hidden = 4 * dim if "mlp_ratio" in slips else int(dim * mlp_ratio)
+        learned = pos_embed == "learned"
+        block = dict(norm_weights=2 * dim, norm_biases=2 * dim, qkv=3 * dim * dim, qkv_bias=3 * dim * qkv_bias,
+                     proj=dim * dim, proj_bias=dim, fc1=dim * hidden, fc1_bias=hidden, fc2=hidden * dim, fc2_bias=dim,
+                     layerscale=2 * dim * bool(init_values))
+        parts = dict(stem=stem, patch=patch_size ** 2 * channels * dim, patch_bias=dim, cls_token=k * dim,
+                     cls_row=k * dim * learned, positions=n * dim * learned,
+                     blocks=(1 if "once" in slips else depth) * kept(block), norm=dim, norm_bias=dim,
+                     head=dim * num_classes, head_bias=num_classes)
+        return kept(parts)
+
+    def kept(parts):
+        return sum(size for part, size in parts.items() if part not in slips)
     return count_parameters
 
 
@@ -657,22 +665,12 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("no_max", "output", known("division by zero"), vit_with("no_max")),
     ("pos_std1", "initial", VIT_POS_STD, vit_with("pos_std1")),
 ]]
+BLOCK_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")
 SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("no_cls", "output", CLS_AND_ROW,
-     count(cls_token=False)),
-    ("float", "int", VIT_FLOAT, count_float),
-    ("built", "formula", VIT_BUILT, lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters())),
-    ("no_stem", "output", VIT_NO_STEM, count(stem_slip="no_stem")),
-    ("in_channels_after_stem", "output", VIT_IN_CHANNELS_AFTER_STEM, count(stem_slip="in_channels")),
-    ("image_size_after_stem", "output", VIT_IMAGE_SIZE_AFTER_STEM, count(stem_slip="image_size")),
-    ("square_n", "output", VIT_SQUARE_N, count(stem_slip="square")),
-    ("no_biases", "output", COUNT_NO_BIASES, count(biases=False)),
-    ("no_norms", "output", COUNT_NO_NORMS, count(norms=False)),
-    ("no_head_bias", "output", COUNT_NO_HEAD_BIAS, count(head_bias=False)),
-    ("nan", "output", NAN, lambda **cfg: float("nan")),
-    ("final_norm", "output", FINAL_NORM, count(final_norm=False)),
-    ("patch_bias", "output", PATCH_BIAS, count(patch_bias=False)),
-    ("tensor", "output", PLAIN_NUMBER, lambda **cfg: torch.tensor(5)),
+    ("square_n", "output", VIT_SQUARE_N, count("square")),
+    ("no_stem", "output", VIT_NO_STEM, count("stem")),
+    ("in_channels_after_stem", "output", VIT_IN_CHANNELS_AFTER_STEM, count("in_channels")),
+    ("image_size_after_stem", "output", VIT_IMAGE_SIZE_AFTER_STEM, count("image_size")),
     ("sincos_counted", "output", COUNT_SINCOS,
      lambda **cfg: count()(**{**cfg, "pos_embed": "learned"})),
     ("mean_cls", "output", COUNT_MEAN_CLS,
@@ -681,8 +679,39 @@ SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint,
      lambda **cfg: count()(**{**cfg, "class_token": None})),
     ("qkv_bias", "output", COUNT_QKV_BIAS,
      lambda **cfg: count()(**{**cfg, "qkv_bias": True})),
-    ("layerscale", "output", COUNT_LAYERSCALE,
-     lambda **cfg: count()(**{**cfg, "init_values": None})),
+    ("layerscale", "output", COUNT_LAYERSCALE, count("layerscale")),
+    ("no_cls_token", "output", "the class token (1 x D) is not counted, or its row of the position table "
+     "((N + 1) x D)", count("cls_token")),
+    ("no_positions", "output", "the position embeddings ((N + 1) x D) are not counted", count("positions", "cls_row")),
+    ("no_cls", "output", CLS_AND_ROW, count("cls_token", "cls_row")),
+    ("patch_bias", "output", PATCH_BIAS, count("patch_bias")),
+    ("no_patch_projection", "output", "the patch projection (P*P*C x D weights + D biases) is not counted",
+     count("patch", "patch_bias")),
+    ("no_block_biases", "output", "the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 "
+     "hidden, fc2 D per block)", count(*BLOCK_BIASES)),
+    ("no_biases", "output", COUNT_NO_BIASES, count("patch_bias", *BLOCK_BIASES)),
+    ("no_biases_at_all", "output", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 "
+     "D per block; head)", count("patch_bias", *BLOCK_BIASES, "head_bias")),
+    ("no_qkv_bias", "output", "the qkv bias (3D per block) is not counted", count("qkv_bias")),
+    ("no_mlp_biases", "output", "the MLP's biases (fc1 hidden, fc2 D per block) are not counted",
+     count("fc1_bias", "fc2_bias")),
+    ("no_block_norms", "output", "the LayerNorms (2 x 2D per block) are not counted",
+     count("norm_weights", "norm_biases")),
+    ("no_norms", "output", COUNT_NO_NORMS, count("norm_weights", "norm_biases", "norm", "norm_bias")),
+    ("final_norm", "output", FINAL_NORM, count("norm", "norm_bias")),
+    ("norm_weights_only", "output", "the LayerNorms are counted with weights only (D each, no bias)",
+     count("norm_biases", "norm_bias")),
+    ("no_head", "output", "the head (D x classes + classes) is not counted", count("head", "head_bias")),
+    ("no_head_bias", "output", COUNT_NO_HEAD_BIAS, count("head_bias")),
+    ("no_proj", "output", "the attention output projection proj (D x D + D per block) is not counted",
+     count("proj", "proj_bias")),
+    ("blocks_once", "output", "every block's parameters are counted once only: multiply by depth", count("once")),
+    ("mlp_ratio_ignored", "output", "the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)",
+     count("mlp_ratio")),
+    ("float", "int", VIT_FLOAT, count_float),
+    ("built", "formula", VIT_BUILT, lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters())),
+    ("nan", "output", NAN, lambda **cfg: float("nan")),
+    ("tensor", "output", PLAIN_NUMBER, lambda **cfg: torch.tensor(5)),
 ]]
 
 
