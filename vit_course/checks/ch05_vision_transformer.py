@@ -38,12 +38,6 @@ VIT_SAME = "every block gets the same rate: it rises linearly from 0 (first bloc
 VIT_FLOAT = "use // to count the patches (or int(...)): / always gives a float"
 VIT_BUILT = ("count by formula, without building the model or any tensor: the point is to size models too big for "
              "your memory")
-VIT_NO_STEM = "the stem's parameters are not counted: add `stem`, as the given lines compute it"
-VIT_IN_CHANNELS_AFTER_STEM = ("after the stem the patches are cut from its output: use `channels` (the stem's last "
-                              "width), not in_channels")
-VIT_IMAGE_SIZE_AFTER_STEM = ("after the stem the patches are cut from its smaller map: count N from `height` and "
-                             "`width`, not image_size")
-VIT_SQUARE_N = "N counts the patches of a square: N = (height / P) * (width / P)"
 VIT_NO_POSITION = "the position embeddings are missing: add pos_embed after prepending the class token"
 VIT_MEAN_HEAD = "the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]"
 VIT_ZERO_ROW_FIRST = "the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]"
@@ -53,21 +47,6 @@ VIT_QKV_BIAS = "qkv_bias=False: pass qkv_bias on to every EncoderBlock"
 VIT_RATES_BY_DEPTH = ("the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, drop_path * i "
                           "/ max(depth - 1, 1), so the last block gets drop_path itself")
 VIT_POS_STD = "nn.Parameter(torch.randn(1, n, dim) * 0.02)"
-COUNT_NO_BIASES = ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D "
-                                  "per block)")
-COUNT_NO_NORMS = "the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)"
-COUNT_NO_HEAD_BIAS = "the head's bias is not counted"
-COUNT_SINCOS = ("a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D "
-                                       "table only for pos_embed='learned'")
-COUNT_MEAN_CLS = ("with pool='mean' there is no class token unless class_token=True (it defaults "
-                                       "to pool == 'cls'): no cls_token, and no position row for it")
-COUNT_QKV_BIAS = "qkv_bias=False: the qkv layers have no bias (3D fewer per block)"
-COUNT_LAYERSCALE = ("with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma "
-                                       "(D each)")
-CLS_AND_ROW = "the class token and its position row are both missing"
-PATCH_BIAS = "the patch projection's bias (D) is not counted"
-FINAL_NORM = "the final LayerNorm (2D) is not counted"
-CLASS_TOKEN_MEAN = "class_token=True adds a class token even with pool='mean': cls_token (D) and its position row"
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
 
@@ -339,98 +318,6 @@ OPTIONS = [dict(CONFIGS[2], **options) for options in (
     dict(init_values=0.1), dict(pool="mean", pos_embed="sincos"))]
 
 
-def _patches(cfg):
-    """N, the patches of the image or, for a hybrid, of the stem's map (each stage: n -> ceil(n / 2))."""
-    height, width = ref.to_pair(cfg["image_size"])
-    for _ in cfg.get("stem_channels") or ():
-        height, width = (height + 1) // 2, (width + 1) // 2
-    return (height // cfg["patch_size"]) * (width // cfg["patch_size"])
-
-
-def _mistakes(cfg):
-    """(hint, parameters the mistake leaves out) for one configuration."""
-    d, depth, classes = cfg["dim"], cfg["depth"], cfg["num_classes"]
-    hidden, n = int(d * cfg.get("mlp_ratio", 4.0)), _patches(cfg)
-    p2c = cfg["patch_size"] ** 2 * cfg["in_channels"]
-    return [
-        ("the class token (1 x D) is not counted, or its row of the position table ((N + 1) x D)", d),
-        ("the position embeddings ((N + 1) x D) are not counted", (n + 1) * d),
-        (CLS_AND_ROW, 2 * d),
-        (PATCH_BIAS, d),
-        ("the patch projection (P*P*C x D weights + D biases) is not counted", p2c * d + d),
-        ("the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 hidden, fc2 D per block)",
-         depth * (5 * d + hidden)),
-        (COUNT_NO_BIASES,
-         depth * (5 * d + hidden) + d),
-        ("the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block; head)",
-         depth * (5 * d + hidden) + d + classes),
-        ("the qkv bias (3D per block) is not counted", depth * 3 * d),
-        ("the MLP's biases (fc1 hidden, fc2 D per block) are not counted", depth * (hidden + d)),
-        ("the LayerNorms (2 x 2D per block) are not counted", depth * 4 * d),
-        (COUNT_NO_NORMS, depth * 4 * d + 2 * d),
-        (FINAL_NORM, 2 * d),
-        ("the LayerNorms are counted with weights only (D each, no bias)", depth * 2 * d + d),
-        ("the head (D x classes + classes) is not counted", d * classes + classes),
-        (COUNT_NO_HEAD_BIAS, classes),
-        ("the attention output projection proj (D x D + D per block) is not counted", depth * (d * d + d)),
-        ("every block's parameters are counted once only: multiply by depth", (depth - 1) * (
-            4 * d + 4 * d * d + 4 * d + 2 * d * hidden + hidden + d)),
-    ]
-
-
-def _option_mistakes(cfg):
-    """(hint, parameters the mistake leaves out; negative: counted too many) for the optional arguments."""
-    d, depth = cfg["dim"], cfg["depth"]
-    pool, learned = cfg.get("pool", "cls"), cfg.get("pos_embed", "learned") == "learned"
-    class_token = pool == "cls" if cfg.get("class_token") is None else cfg["class_token"]
-    n = _patches(cfg) + class_token
-    hints = []
-    if not learned:
-        hints.append((COUNT_SINCOS, -n * d))
-    if pool == "mean" and not class_token:
-        hints.append((COUNT_MEAN_CLS, -(1 + learned) * d))
-    if pool == "mean" and class_token:
-        hints.append((CLASS_TOKEN_MEAN, (1 + learned) * d))
-    if cfg.get("qkv_bias") is False:
-        hints.append((COUNT_QKV_BIAS, -3 * d * depth))
-    if cfg.get("init_values"):
-        hints.append((COUNT_LAYERSCALE,
-                      2 * d * depth))
-    return hints
-
-
-def _hint(cfg, expected, got):
-    hidden = int(cfg["dim"] * cfg.get("mlp_ratio", 4.0))
-    hidden_wrong = cfg["depth"] * (2 * cfg["dim"] + 1) * (hidden - 4 * cfg["dim"])
-    hints = _stem_mistakes(cfg) + _option_mistakes(cfg) + _mistakes(cfg) + [
-        ("the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)", hidden_wrong)]
-    short = [text for text, missing in hints if missing and expected - got == missing]
-    extra = [text for text, missing in hints if missing and got - expected == missing]
-    if short:  # several slips can leave out the same number (D, 2D): name them all rather than guess one
-        return short[0] if len(short) == 1 else "one of these (each leaves out that many): " + "; or ".join(short)
-    if extra:
-        return f"{got - expected:,.0f} too many, exactly this part (counted twice?): " + "; or ".join(extra)
-    return None
-
-
-def _stem_mistakes(cfg):
-    """(hint, parameters the mistake leaves out) for a hybrid stem or a non-square image."""
-    p, d, learned = cfg["patch_size"], cfg["dim"], cfg.get("pos_embed", "learned") == "learned"
-    height, width = ref.to_pair(cfg["image_size"])
-    image_n, channels, stem = (height // p) * (width // p), cfg["in_channels"], 0
-    for c_out in cfg.get("stem_channels") or ():
-        stem += 9 * channels * c_out + 2 * c_out
-        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
-    n = (height // p) * (width // p)
-    hints = [(VIT_SQUARE_N,
-              (n - (height // p) ** 2) * d * learned)]
-    if stem:
-        hints += [(VIT_NO_STEM, stem),
-                  (VIT_IN_CHANNELS_AFTER_STEM, p * p * (channels - cfg["in_channels"]) * d),
-                  (VIT_IMAGE_SIZE_AFTER_STEM, (n - image_n) * d * learned)]
-    return hints
-
-
 STEMS = [  # tried after the configurations above (their tests are not counted: the success line stays)
     dict(image_size=(28, 20), patch_size=4, in_channels=3, num_classes=10, dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
     dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
@@ -438,6 +325,20 @@ STEMS = [  # tried after the configurations above (their tests are not counted: 
     dict(image_size=(28, 36), patch_size=2, in_channels=1, num_classes=7, dim=24, depth=1, num_heads=2, mlp_ratio=2.0,
          stem_channels=(8,)),
 ]
+
+
+def _hint(cfg, expected, got):
+    """The likely cause of a wrong count: the catalogue's counting slips that give the learner's count on cfg (all of
+    them when several leave out that many), else those that leave out exactly the learner's excess."""
+    counts = [(s, s.impl(**cfg)) for s in SLIPS if s.exercise == "count_parameters" and s.rule == "output"]
+    short = [s for s, n in counts if n == got]
+    extra = [s.hint for s, n in counts if n < expected and got - expected == expected - n]
+    if short:  # several slips can leave out the same number (D, 2D): name them all rather than guess one
+        return short[0] if len(short) == 1 else "one of these (each leaves out that many): " + "; or ".join(
+            s.hint for s in short)
+    if extra:
+        return f"{got - expected:,.0f} too many, exactly this part (counted twice?): " + "; or ".join(extra)
+    return None
 
 
 @check("count_parameters")
@@ -667,29 +568,34 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
 ]]
 BLOCK_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")
 SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("square_n", "output", VIT_SQUARE_N, count("square")),
-    ("no_stem", "output", VIT_NO_STEM, count("stem")),
-    ("in_channels_after_stem", "output", VIT_IN_CHANNELS_AFTER_STEM, count("in_channels")),
-    ("image_size_after_stem", "output", VIT_IMAGE_SIZE_AFTER_STEM, count("image_size")),
-    ("sincos_counted", "output", COUNT_SINCOS,
-     lambda **cfg: count()(**{**cfg, "pos_embed": "learned"})),
-    ("mean_cls", "output", COUNT_MEAN_CLS,
-     lambda **cfg: count()(**{**cfg, "class_token": True})),
-    ("class_token_mean", "output", CLASS_TOKEN_MEAN,
-     lambda **cfg: count()(**{**cfg, "class_token": None})),
-    ("qkv_bias", "output", COUNT_QKV_BIAS,
+    ("square_n", "output", "N counts the patches of a square: N = (height / P) * (width / P)", count("square")),
+    ("no_stem", "output", "the stem's parameters are not counted: add `stem`, as the given lines compute it",
+     count("stem")),
+    ("in_channels_after_stem", "output", "after the stem the patches are cut from its output: use `channels` (the "
+     "stem's last width), not in_channels", count("in_channels")),
+    ("image_size_after_stem", "output", "after the stem the patches are cut from its smaller map: count N from "
+     "`height` and `width`, not image_size", count("image_size")),
+    ("sincos_counted", "output", "a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D table "
+     "only for pos_embed='learned'", lambda **cfg: count()(**{**cfg, "pos_embed": "learned"})),
+    ("mean_cls", "output", "with pool='mean' there is no class token unless class_token=True (it defaults to pool == "
+     "'cls'): no cls_token, and no position row for it", lambda **cfg: count()(**{**cfg, "class_token": True})),
+    ("class_token_mean", "output", "class_token=True adds a class token even with pool='mean': cls_token (D) and its "
+     "position row", lambda **cfg: count()(**{**cfg, "class_token": None})),
+    ("qkv_bias", "output", "qkv_bias=False: the qkv layers have no bias (3D fewer per block)",
      lambda **cfg: count()(**{**cfg, "qkv_bias": True})),
-    ("layerscale", "output", COUNT_LAYERSCALE, count("layerscale")),
+    ("layerscale", "output", "with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma (D each)",
+     count("layerscale")),
     ("no_cls_token", "output", "the class token (1 x D) is not counted, or its row of the position table "
      "((N + 1) x D)", count("cls_token")),
     ("no_positions", "output", "the position embeddings ((N + 1) x D) are not counted", count("positions", "cls_row")),
-    ("no_cls", "output", CLS_AND_ROW, count("cls_token", "cls_row")),
-    ("patch_bias", "output", PATCH_BIAS, count("patch_bias")),
+    ("no_cls", "output", "the class token and its position row are both missing", count("cls_token", "cls_row")),
+    ("patch_bias", "output", "the patch projection's bias (D) is not counted", count("patch_bias")),
     ("no_patch_projection", "output", "the patch projection (P*P*C x D weights + D biases) is not counted",
      count("patch", "patch_bias")),
     ("no_block_biases", "output", "the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 "
      "hidden, fc2 D per block)", count(*BLOCK_BIASES)),
-    ("no_biases", "output", COUNT_NO_BIASES, count("patch_bias", *BLOCK_BIASES)),
+    ("no_biases", "output", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per "
+     "block)", count("patch_bias", *BLOCK_BIASES)),
     ("no_biases_at_all", "output", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 "
      "D per block; head)", count("patch_bias", *BLOCK_BIASES, "head_bias")),
     ("no_qkv_bias", "output", "the qkv bias (3D per block) is not counted", count("qkv_bias")),
@@ -697,12 +603,13 @@ SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint,
      count("fc1_bias", "fc2_bias")),
     ("no_block_norms", "output", "the LayerNorms (2 x 2D per block) are not counted",
      count("norm_weights", "norm_biases")),
-    ("no_norms", "output", COUNT_NO_NORMS, count("norm_weights", "norm_biases", "norm", "norm_bias")),
-    ("final_norm", "output", FINAL_NORM, count("norm", "norm_bias")),
+    ("no_norms", "output", "the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)",
+     count("norm_weights", "norm_biases", "norm", "norm_bias")),
+    ("final_norm", "output", "the final LayerNorm (2D) is not counted", count("norm", "norm_bias")),
     ("norm_weights_only", "output", "the LayerNorms are counted with weights only (D each, no bias)",
      count("norm_biases", "norm_bias")),
     ("no_head", "output", "the head (D x classes + classes) is not counted", count("head", "head_bias")),
-    ("no_head_bias", "output", COUNT_NO_HEAD_BIAS, count("head_bias")),
+    ("no_head_bias", "output", "the head's bias is not counted", count("head_bias")),
     ("no_proj", "output", "the attention output projection proj (D x D + D per block) is not counted",
      count("proj", "proj_bias")),
     ("blocks_once", "output", "every block's parameters are counted once only: multiply by depth", count("once")),
