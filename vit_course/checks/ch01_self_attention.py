@@ -163,7 +163,7 @@ NAMES = "name the three layers q, k and v"
 WEIGHTS_REQUIRED = "attention_weights(x, mask=None) returning the (b, m, m) weights"
 
 
-def _roles(q, k, v, mask=None):
+def _old_roles(q, k, v, mask=None):
     """(hint, thunk) pairs: the projections used in the wrong roles (also twice, one of them left out)."""
     made = dict(q=q, k=k, v=v)
     hints = []
@@ -196,13 +196,13 @@ def SelfAttention(c, cls):
             c.close(c.call(model, x, label=label), expected, "output", attention_hints(q, k, v) + [
                 (BY_DIM, lambda: attention(q, k, v, scale=1 / math.sqrt(dim))[0]),
                 ("this is attention on x itself: project x with self.q, self.k and self.v first",
-                 lambda: attention(x, x, x)[0])] + _roles(q, k, v))
+                 lambda: attention(x, x, x)[0])] + _old_roles(q, k, v))
             c.phase("mask")
             mask = random_mask((n, n), g)
             masked_out, masked_weights = ref.scaled_dot_product_attention(q, k, v, mask)
             got = c.call(model, x, mask=mask, label=label)
             c.close(got, masked_out, "output with a mask", [(NOT_PASSED, lambda: expected)] + attention_hints(
-                q, k, v, mask) + _roles(q, k, v, mask))
+                q, k, v, mask) + _old_roles(q, k, v, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, weights, label, mask, masked_weights,
                                     [((batch, n, head_dim), WEIGHTS_NOT_OUTPUT)], required=WEIGHTS_REQUIRED)
@@ -232,10 +232,10 @@ RULES = {
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 def _sdpa(swap=False, **knobs):
-    """scaled_dot_product_attention with the slip ``knobs`` of ``attention`` (a knob given as a function of q is
-    computed from it); ``swap``: q and k swapped."""
+    """scaled_dot_product_attention with the slip ``knobs`` of ``attention`` (a knob given as a function of q, k and
+    v is computed from them); ``swap``: q and k swapped."""
     def scaled_dot_product_attention(q, k, v, mask=None):
-        kw = {key: value(q) if callable(value) else value for key, value in knobs.items()}
+        kw = {key: value(q, k, v) if callable(value) else value for key, value in knobs.items()}
         return attention(*((k, q) if swap else (q, k)), v, mask, **kw)
     return scaled_dot_product_attention
 
@@ -314,12 +314,16 @@ def _sdpa_einsum(q, k, v, mask=None):
 SDPA = "scaled_dot_product_attention"
 SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
     ("no_scale", "output", NO_SCALE, _sdpa(scale=1.0)),
-    ("by_d", "output", BY_D, _sdpa(scale=lambda q: 1 / q.shape[-1])),
-    ("times", "output", TIMES, _sdpa(scale=lambda q: math.sqrt(q.shape[-1]))),
-    ("by_tokens", "output", BY_DV, _sdpa(scale=lambda q: 1 / math.sqrt(q.shape[-2]))),
-    ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q: 1 / math.sqrt(q.shape[-1]))),
+    ("by_d", "output", BY_D, _sdpa(scale=lambda q, k, v: 1 / q.shape[-1])),
+    ("times", "output", TIMES, _sdpa(scale=lambda q, k, v: math.sqrt(q.shape[-1]))),
+    ("by_dv", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1]))),
+    ("by_keys", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2]))),
+    ("by_tokens", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
+    ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]))),
     ("axis", "output", WRONG_AXIS, _sdpa(axis=-2)),
     ("log_softmax", "output", LOG, _sdpa(norm="log")),
+    ("sum", "output", SUM, _sdpa(norm="sum")),
+    ("scores_out", "output", SCORES_OUT, _sdpa(out_from="scores")),
     ("swapped", "output", PRODUCT, _sdpa(swap=True)),
     ("weights_first", "output", WEIGHTS_FIRST, lambda q, k, v, mask=None: attention(q, k, v, mask)[::-1]),
     ("out_only", "output", PAIR, lambda q, k, v, mask=None: attention(q, k, v, mask)[0]),
@@ -349,7 +353,7 @@ SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
 class _SelfAttention(nn.Module):
     """SelfAttention with one slip, ``slip`` (None: the statement's), and the ``attention`` knobs ``knobs``."""
 
-    slip, knobs = None, {}
+    slip, roles, knobs = None, "qkv", {}
 
     def __init__(self, dim, head_dim):
         super().__init__()
@@ -357,9 +361,10 @@ class _SelfAttention(nn.Module):
         self.dim = dim
 
     def _qkv(self, x):
-        q, k, v = self.q(x), self.k(x), self.v(x)
-        return {"values_from_k": (q, k, k), "roles": (q, v, k), "qk_swapped": (k, q, v), "q_detached": (
-            q.detach(), k, v), "v_weight_data": (q, k, F.linear(x, self.v.weight.data))}.get(self.slip, (q, k, v))
+        made = dict(q=self.q(x), k=self.k(x), v=self.v(x), x=x)  # x: attention on x itself, not projected
+        q, k, v = (made[role] for role in self.roles)
+        return {"q_detached": (q.detach(), k, v), "v_weight_data": (q, k, F.linear(x, self.v.weight.data))}.get(
+            self.slip, (q, k, v))
 
     def forward(self, x, mask=None):
         if self.slip == "in_place":
@@ -379,8 +384,15 @@ class _SelfAttention(nn.Module):
         return attention(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
 
 
-def _self_attention(slip=None, **knobs):
-    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "knobs": knobs})
+def _self_attention(slip=None, roles="qkv", **knobs):
+    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "roles": roles, "knobs": knobs})
+
+
+def _roles(roles):
+    """The hint for the projections used in the wrong ``roles`` (the layers giving queries, keys and values)."""
+    wrong = [f"{what} from self.{used}" for what, used, right in zip(("queries", "keys", "values"), roles, "qkv",
+                                                                      strict=True) if used != right]
+    return QK_SWAPPED if roles == "kqv" else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
 
 
 class _SelfAttentionOldAPI(_SelfAttention):
@@ -400,10 +412,9 @@ SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl 
     ("axis", "output", WRONG_AXIS, _self_attention(axis=-2)),
     ("inverted", "mask", INVERTED, _self_attention(mask_mode="inverted")),
     ("bias", "names", NO_BIAS, None),
-    ("values_from_k", "output", f"{ROLES} (values from self.k): {ROLES_FIX}", None),
-    ("roles", "output", f"{ROLES} (keys from self.v, values from self.k): {ROLES_FIX}", None),
-    ("qk_swapped", "output", QK_SWAPPED, None),
     ("by_dim", "output", BY_DIM, None),
+    ("unprojected", "output", "this is attention on x itself: project x with self.q, self.k and self.v first",
+     _self_attention(roles="xxx")),
     ("pair", "output", TUPLE, None),
     ("mask_dropped", "mask", NOT_PASSED, None),
     ("missing", "attention_weights", WEIGHTS_REQUIRED, _SelfAttentionOldAPI),
@@ -413,7 +424,8 @@ SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl 
     ("v_weight_data", "gradient", CUT_AT, None),
     ("no_grad", "gradient", CUT_AT, None),
     ("in_place", "inputs", IN_PLACE, None),
-]]
+]] + [Slip("SelfAttention", f"roles_{roles}", "output", _roles(roles), _self_attention(roles=roles))
+      for roles in map("".join, itertools.product("qkv", repeat=3)) if roles != "qkv"]
 
 
 class _SelfAttentionSDPA(_SelfAttention):
