@@ -16,7 +16,7 @@ from .. import attention as ref
 from .core import DOUBLE, IN_PLACE, NAN, TUPLE, Slip, Variant, check
 from .gradients import CUT_AT, gradient_flow
 from .messages import known
-from .modules import WEIGHTS_MASK, check_attention_weights, only_biases
+from .modules import WEIGHTS_MASK, check_attention_weights, only_biases, twins
 from .probes import TorchCalls
 
 NO_SCALE = "this is the output without the 1/sqrt(d) scaling: divide the scores q k^T by sqrt(d), d = q's last size"
@@ -65,21 +65,11 @@ def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scal
     return (scores if out_from == "scores" else weights) @ v, weights
 
 
-def attention_hints(q, k, v, mask=None, which=0):
-    """(hint, thunk) pairs: the outputs (which=0) or weights (which=1) of the usual attention mistakes."""
-    d, root = q.shape[-1], math.sqrt(q.shape[-1])
-    variants = [(NO_SCALE, dict(scale=1.0)), (BY_D, dict(scale=1 / d)), (TIMES, dict(scale=root)),
-                (BY_DV, dict(scale=1 / math.sqrt(v.shape[-1]))), (BY_DV, dict(scale=1 / math.sqrt(k.shape[-2]))),
-                (BY_DV, dict(scale=1 / math.sqrt(q.shape[-2]))), (AFTER_SOFTMAX, dict(scale=1.0, late_scale=1 / root)),
-                (WRONG_AXIS, dict(axis=-2)), (LOG, dict(norm="log")), (SUM, dict(norm="sum")),
-                (SCORES_OUT, dict(out_from="scores"))]
-    if mask is not None:
-        variants += [(INVERTED, dict(mask_mode="inverted")), (IGNORED, dict(mask_mode="none")),
-                     (ZEROED, dict(mask_mode="zero")), (AFTER, dict(mask_mode="after")),
-                     (ADDED, dict(mask_mode="added"))]
-    hints = [(h, lambda kw=kw: attention(q, k, v, mask, **kw)[which]) for h, kw in variants]
-    hints.append((QK_SWAPPED, lambda: attention(k, q, v, None if mask is None else mask.transpose(-2, -1))[which]))
-    return hints
+def _named(which, *inputs):
+    """(slip, thunk) pairs for ``close``: the output (which=0) or the weights (which=1) that each slip of
+    scaled_dot_product_attention gives on the learner's input (k.T left out: it warns on batches)."""
+    return [(s, lambda s=s: s.impl(*inputs)[which]) for s in SLIPS
+            if s.exercise == SDPA and s.rule in ("output", "mask") and s.name != "k.T"]
 
 
 def random_mask(shape, generator, p=0.5):
@@ -142,9 +132,9 @@ def scaled_dot_product_attention(c, fn):
         got_out, got_weights = _pair(c, out)
         swapped = (tuple(expected_weights.shape), WEIGHTS_FIRST)
         c.tensor(got_weights, "weights", expected_weights.shape, torch.float32, [(expected_out.shape, WEIGHTS_FIRST)])
-        c.close(got_weights, expected_weights, "attention weights", attention_hints(q, k, v, mask, which=1))
+        c.close(got_weights, expected_weights, "attention weights", _named(1, q, k, v, mask))
         c.close(got_weights.sum(-1), torch.ones(expected_weights.shape[:-1]), "row sums of the weights")
-        c.close(got_out, expected_out, "output", attention_hints(q, k, v, mask), shape_hints=[swapped])
+        c.close(got_out, expected_out, "output", _named(0, q, k, v, mask), shape_hints=[swapped])
         torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         c.close(got_out, torch_out, "output (against torch.nn.functional.scaled_dot_product_attention)")
         if mask_shape in (None, (5, 7)) and len(q_shape) == 3:  # gradients, without and with a mask
@@ -163,25 +153,12 @@ NAMES = "name the three layers q, k and v"
 WEIGHTS_REQUIRED = "attention_weights(x, mask=None) returning the (b, m, m) weights"
 
 
-def _old_roles(q, k, v, mask=None):
-    """(hint, thunk) pairs: the projections used in the wrong roles (also twice, one of them left out)."""
-    made = dict(q=q, k=k, v=v)
-    hints = []
-    for roles in itertools.product("qkv", repeat=3):
-        if roles == ("q", "k", "v"):
-            continue
-        wrong = [f"{what} from self.{used}" for what, used, right in zip(("queries", "keys", "values"), roles, "qkv",
-                                                                          strict=True) if used != right]
-        hint = QK_SWAPPED if roles == ("k", "q", "v") else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
-        hints.append((hint, lambda r=roles: attention(made[r[0]], made[r[1]], made[r[2]], mask)[0]))
-    return hints
-
-
 @check("SelfAttention")
 def SelfAttention(c, cls):
     """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, m, head_dim);
     attention_weights(x, mask=None) -> (b, m, m); gradients reach x and the three layers."""
     g = torch.Generator().manual_seed(2)
+    slips = [s for s in SLIPS if s.exercise == "SelfAttention" and s.rule != "inputs"]  # in_place would change x
     for dim, head_dim, batch, n in ((10, 6, 2, 7), (4, 9, 3, 1), (16, 8, 1, 5)):
         reference = ref.SelfAttention(dim, head_dim).eval()
         model = c.build(cls, dim, head_dim)
@@ -193,16 +170,14 @@ def SelfAttention(c, cls):
         with torch.no_grad():
             q, k, v = reference.q(x), reference.k(x), reference.v(x)
             expected, weights = ref.scaled_dot_product_attention(q, k, v)
-            c.close(c.call(model, x, label=label), expected, "output", attention_hints(q, k, v) + [
-                (BY_DIM, lambda: attention(q, k, v, scale=1 / math.sqrt(dim))[0]),
-                ("this is attention on x itself: project x with self.q, self.k and self.v first",
-                 lambda: attention(x, x, x)[0])] + _old_roles(q, k, v))
+            c.close(c.call(model, x, label=label), expected, "output", twins(slips, reference, (dim, head_dim), x)
+                    + _named(0, q, k, v))
             c.phase("mask")
             mask = random_mask((n, n), g)
             masked_out, masked_weights = ref.scaled_dot_product_attention(q, k, v, mask)
             got = c.call(model, x, mask=mask, label=label)
-            c.close(got, masked_out, "output with a mask", [(NOT_PASSED, lambda: expected)] + attention_hints(
-                q, k, v, mask) + _old_roles(q, k, v, mask))
+            c.close(got, masked_out, "output with a mask", twins(slips, reference, (dim, head_dim), x, mask)
+                    + _named(0, q, k, v, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, weights, label, mask, masked_weights,
                                     [((batch, n, head_dim), WEIGHTS_NOT_OUTPUT)], required=WEIGHTS_REQUIRED)
