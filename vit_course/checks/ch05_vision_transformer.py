@@ -39,6 +39,7 @@ VIT_FLOAT = "use // to count the patches (or int(...)): / always gives a float"
 VIT_BUILT = ("count by formula, without building the model or any tensor: the point is to size models too big for "
              "your memory")
 VIT_NO_POSITION = "the position embeddings are missing: add pos_embed after prepending the class token"
+VIT_CLS_NO_POSITION = "the class token gets no position: prepend it first, then add all of pos_embed"
 VIT_MEAN_HEAD = "the head reads the mean of the patch tokens: read the class token's final state, x[:, 0]"
 VIT_ZERO_ROW_FIRST = "the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]"
 VIT_NO_ZERO_ROW = ("with pool='mean' and class_token=None there is no class token, so no zero row: one per "
@@ -390,12 +391,17 @@ RULES = {
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 class ViTParts(nn.Module):
-    """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative)."""
+    """A ViT from the learner's parts: Conv2d patch embedding, own loop (a correct alternative). The catalogue's slips
+    are its subclasses (vit_with): ``mistake``, a knob below; ``reads``, pool -> what the head reads instead (a key of
+    the table in forward)."""
+
+    mistake, reads = None, {}
 
     def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
                  pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, stem_channels=None, stem_pool=True,
-                 drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None, mistake=None):
+                 drop=0.0, attn_drop=0.0, drop_path=0.0, init_values=None):
         super().__init__()
+        mistake = self.mistake
         self.stem, size, channels = ref.hybrid_stem(in_channels, stem_channels, ref.to_pair(image_size), stem_pool)
         grid = size[0] // patch_size
         self.pool, self.k = pool, int(pool == "cls" if class_token is None else class_token)
@@ -413,15 +419,16 @@ class ViTParts(nn.Module):
         else:
             table = ref.sincos_position_embedding(grid, dim)
             rows = 1 if mistake == "sincos_zero_always" else self.k  # a zero row even without a class token
-            zeros = torch.zeros(rows, dim)
+            zeros = table[:rows] if mistake == "sincos_repeat_row" else torch.zeros(rows, dim)
             table = [table, zeros] if mistake == "sincos_zero_last" else [zeros, table]
             if mistake == "sincos_param":
                 self.pos_embed = nn.Parameter(torch.cat(table)[None])
             else:
                 self.register_buffer("pos_embed", torch.cat(table)[None])
         rate = {"rates_depth": lambda i: drop_path * i / depth, "rates_same": lambda i: drop_path,
-                "no_max": lambda i: drop_path * i / (depth - 1)}.get(
-            mistake, lambda i: drop_path * i / max(depth - 1, 1))
+                "no_max": lambda i: drop_path * i / (depth - 1), "rates_shifted": lambda i: drop_path * (i + 1) / depth,
+                "rates_falling": lambda i: drop_path * (depth - 1 - i) / max(depth - 1, 1),
+                "rates_ignored": lambda i: 0.0}.get(mistake, lambda i: drop_path * i / max(depth - 1, 1))
         rates = [rate(i) for i in range(depth)]
         drops = (attn_drop, drop) if mistake == "drops_swapped" else (drop, attn_drop)
         if mistake == "options_ignored":  # qkv_bias and init_values not passed on
@@ -430,7 +437,11 @@ class ViTParts(nn.Module):
                                     for r in rates)
         self.norm = nn.LayerNorm(dim) if mistake == "eps" else nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, num_classes)
-        self.mistake = mistake
+        if mistake == "renamed":
+            self.embedding = self.patch_embed
+            del self.patch_embed
+        if mistake == "no_embed":  # everything in forward
+            self.embed = None
 
     def embed(self, images):
         if self.mistake == "in_place":
@@ -439,48 +450,27 @@ class ViTParts(nn.Module):
         x = x.detach() if self.mistake == "embed_detached" else x
         if self.mistake == "append":
             return torch.cat([x, self.cls_token.expand(len(x), -1, -1)], 1) + self.pos_embed
+        if self.mistake == "cls_nopos":
+            return torch.cat([self.cls_token.expand(len(x), -1, -1), x + self.pos_embed[:, 1:]], 1)
         x = x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1)
-        return x if self.mistake == "nopos" else x + self.pos_embed
+        nopos = self.mistake == "nopos" or self.mistake == "nopos_patches" and self.cls_token is None
+        return x if nopos else x + self.pos_embed
 
     def forward(self, images):
-        x = self.embed(images)  # (b, n, D)
-        for blk in self.blocks[:1] if self.mistake == "first_block" else self.blocks:
+        x = self.embed(images) if self.embed else ViTParts.embed(self, images)  # (b, n, D); no_embed: all in forward
+        x = self.norm(x) if self.mistake == "norm_first" else x
+        for blk in {"first_block": self.blocks[:1], "last_block": self.blocks[-1:]}.get(self.mistake, self.blocks):
             x = blk(x)
-        x = x if self.mistake == "nonorm" else self.norm(x)
-        pooled = x[:, 0 if self.mistake == "mean_all" else self.k:].mean(1) if self.pool == "mean" else x[:, 0]
-        return self.head(x[:, 1:].mean(1) if self.mistake == "mean" else pooled)
+        if self.mistake not in ("nonorm", "norm_first", f"nonorm_{self.pool}"):  # nonorm_mean: with pool="mean"
+            x = self.norm(x)
+        pooled = {"cls": lambda: x[:, 0], "mean": lambda: x[:, self.k:].mean(1), "all": lambda: x.mean(1),
+                  "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[self.reads.get(self.pool, self.pool)]
+        return self.head(pooled())
 
 
-def vit_with(mistake):
-    return type("ViT", (ViTParts,), {"__init__": lambda self, *a, **k: ViTParts.__init__(self, *a, **k,
-                                                                                          mistake=mistake)})
-
-
-class ViTRenamed(ViTParts):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.embedding = self.patch_embed
-        del self.patch_embed
-
-    def embed(self, images):
-        x = self.embedding(images)
-        return x if self.cls_token is None else torch.cat([self.cls_token.expand(len(x), -1, -1), x], 1) + \
-            self.pos_embed
-
-
-class ViTInlineEmbed(ViTParts):
-    """Everything in forward, no embed method."""
-
-    def __getattribute__(self, name):
-        if name == "embed":
-            raise AttributeError(name)
-        return super().__getattribute__(name)
-
-    def forward(self, images):
-        x = ViTParts.embed(self, images)
-        for blk in self.blocks[:1] if self.mistake == "first_block" else self.blocks:
-            x = blk(x)
-        return self.head(self.norm(x)[:, 0] if self.pool == "cls" else self.norm(x)[:, self.k:].mean(1))
+def vit_with(mistake=None, **reads):
+    """The ViT of a slip: ``mistake``, a knob of ViTParts; ``reads``, pool -> what the head reads instead."""
+    return type("ViT", (ViTParts,), {"mistake": mistake, "reads": reads})
 
 
 def given(image_size, in_channels, stem_channels):
@@ -538,9 +528,9 @@ def count_float(**cfg):
     return float(ref.count_parameters(**cfg))
 
 SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("renamed", "names", VIT_RENAMED, ViTRenamed),
+    ("renamed", "names", VIT_RENAMED, vit_with("renamed")),
     ("no_grid", "attributes", VIT_NO_GRID, vit_with("no_grid")),
-    ("no_embed", "embed", VIT_NO_EMBED, ViTInlineEmbed),
+    ("no_embed", "embed", VIT_NO_EMBED, vit_with("no_embed")),
     ("appended", "embed", VIT_APPENDED, vit_with("append")),
     ("no_norm", "output", VIT_NO_NORM, vit_with("nonorm")),
     ("first_block", "output", VIT_FIRST_BLOCK, vit_with("first_block")),
@@ -550,14 +540,14 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("drops_swapped", "blocks", VIT_DROPS_SWAPPED, vit_with("drops_swapped")),
     ("cls_random", "initial", VIT_CLS_RANDOM, vit_with("cls_random")),
     ("parameter", "sincos", VIT_PARAMETER, vit_with("sincos_param")),
-    ("mean_all", "pool", VIT_MEAN_ALL, vit_with("mean_all")),
+    ("mean_all", "pool", VIT_MEAN_ALL, vit_with(mean="all")),
     ("same", "drop_path", VIT_SAME, vit_with("rates_same")),
     ("buffer_pos", "gradient", NOT_TRAINED,
      vit_with("buffer_pos")),
     ("embed_detached", "gradient", CUT_AT, vit_with("embed_detached")),
     ("centred", "inputs", IN_PLACE, vit_with("in_place")),
     ("no_position", "embed", VIT_NO_POSITION, vit_with("nopos")),
-    ("mean_head", "output", VIT_MEAN_HEAD, vit_with("mean")),
+    ("mean_head", "output", VIT_MEAN_HEAD, vit_with(cls="mean")),
     ("sincos_zero_last", "sincos", VIT_ZERO_ROW_FIRST, vit_with("sincos_zero_last")),
     ("sincos_zero_always", "sincos", VIT_NO_ZERO_ROW, vit_with("sincos_zero_always")),
     ("options_ignored", "names", VIT_QKV_BIAS, vit_with("options_ignored")),
@@ -565,6 +555,33 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("rates_by_depth", "drop_path", VIT_RATES_BY_DEPTH, vit_with("rates_depth")),
     ("no_max", "output", known("division by zero"), vit_with("no_max")),
     ("pos_std1", "initial", VIT_POS_STD, vit_with("pos_std1")),
+    ("last_block", "output", "only the last block is applied: run every block in turn, `for block in self.blocks: x = "
+     "block(x)`", vit_with("last_block")),
+    ("norm_first", "output", "the final norm is applied before the blocks: blocks first, then `self.norm`, then "
+     "pooling", vit_with("norm_first")),
+    ("last_token", "output", "the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does "
+     "it)", vit_with(cls="last")),
+    ("all_tokens", "output", "the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
+     vit_with(cls="all")),
+    ("mean_reads_cls", "pool", "pool='mean' reads the class token: average the patch tokens, x[:, "
+     "num_prefix_tokens:].mean(1)", vit_with(mean="cls")),
+    ("mean_skips_1", "pool", "the mean leaves out token 0, a patch token here (there is no class token): average "
+     "x[:, num_prefix_tokens:]", vit_with(mean="skip1")),
+    ("no_norm_mean", "pool", "the final LayerNorm `norm` is not applied before pooling", vit_with("nonorm_mean")),
+    ("no_position_patches", "embed", "the position embeddings are missing: add pos_embed to the patch tokens",
+     vit_with("nopos_patches")),
+    ("cls_no_position", "embed", VIT_CLS_NO_POSITION, vit_with("cls_nopos")),
+    ("appended_last", "embed", VIT_APPENDED, vit_with("append", cls="last")),
+    ("no_position_last", "embed", VIT_NO_POSITION, vit_with("nopos", cls="last")),
+    ("cls_no_position_last", "embed", VIT_CLS_NO_POSITION, vit_with("cls_nopos", cls="last")),
+    ("sincos_repeat_row", "sincos", "the class token's row repeats a patch's row: it is a row of zeros, "
+     "torch.cat([torch.zeros(k, dim), table])[None]", vit_with("sincos_repeat_row")),
+    ("rates_shifted", "drop_path", "the first block should get 0 and the last drop_path: drop_path * i / max(depth - "
+     "1, 1)", vit_with("rates_shifted")),
+    ("rates_falling", "drop_path", "the rates fall with depth: the first block gets 0, the last drop_path",
+     vit_with("rates_falling")),
+    ("rates_ignored", "drop_path", "drop_path seems ignored: give block i the rate drop_path * i / max(depth - 1, 1), "
+     "EncoderBlock(..., drop_path=rate)", vit_with("rates_ignored")),
 ]]
 BLOCK_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")
 SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint, impl in [
