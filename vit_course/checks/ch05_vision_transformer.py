@@ -5,6 +5,7 @@ formula, with the hints of the usual omissions): checks and rules."""
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the function that builds it)
 
+import functools
 import numbers
 
 import torch
@@ -51,61 +52,18 @@ VIT_POS_STD = "nn.Parameter(torch.randn(1, n, dim) * 0.02)"
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
 
-def _vit_variants(m, images):
-    """(hint, thunk) pairs: the ViT assembly mistakes, built from the reference's parts."""
-    k = m.num_prefix_tokens
-
-    def run(embed=None, final_norm=True, pool="cls", blocks=None, norm_first=False):
-        x = embed() if embed else m.embed(images)  # (b, n, D)
-        x = m.norm(x) if norm_first else x
-        for block in m.blocks if blocks is None else blocks:
-            x = block(x)
-        x = m.norm(x) if final_norm and not norm_first else x
-        x = {"cls": lambda: x[:, 0], "mean": lambda: x[:, k:].mean(1), "all": lambda: x.mean(1),
-             "last": lambda: x[:, -1], "skip1": lambda: x[:, 1:].mean(1)}[pool]()  # (b, D)
-        return m.head(x)
-
-    if m.pool == "mean":
-        return [
-            (VIT_MEAN_ALL,
-             lambda: run(pool="all")),
-            ("pool='mean' reads the class token: average the patch tokens, x[:, num_prefix_tokens:].mean(1)",
-             lambda: run(pool="cls")),
-            ("the mean leaves out token 0, a patch token here (there is no class token): average "
-             "x[:, num_prefix_tokens:]", lambda: run(pool="skip1")),
-            ("the final LayerNorm `norm` is not applied before pooling", lambda: run(final_norm=False, pool="mean")),
-        ]
-    return [
-        (VIT_NO_NORM, lambda: run(final_norm=False)),
-        (VIT_FIRST_BLOCK,
-         lambda: run(blocks=m.blocks[:1])),
-        ("only the last block is applied: run every block in turn, `for block in self.blocks: x = block(x)`",
-         lambda: run(blocks=m.blocks[-1:])),
-        ("the final norm is applied before the blocks: blocks first, then `self.norm`, then pooling",
-         lambda: run(norm_first=True)),
-        ("the head reads the last token: the class token is token 0, x[:, 0] (pool_tokens does it)",
-         lambda: run(pool="last")),
-        (VIT_MEAN_HEAD,
-         lambda: run(pool="mean")),
-        ("the head reads the mean of all tokens: read the class token's final state, x[:, 0]",
-         lambda: run(pool="all")),
-    ] + [(hint, lambda e=embed, pool=pool: run(e, pool=pool)) for pool in ("last", "cls")  # embed's mistakes
-         for hint, embed in _embed_variants(m, images)]
-
-
-def _embed_variants(m, images):
-    """(hint, thunk) pairs: the mistakes of embed(images), built from the reference's parts."""
-    if m.cls_token is None:
-        return [("the position embeddings are missing: add pos_embed to the patch tokens",
-                 lambda: m.patch_embed(images))]
-    tokens, cls = (lambda: m.patch_embed(images)), (lambda: m.cls_token.expand(len(images), -1, -1))
-    return [
-        (VIT_APPENDED,
-         lambda: torch.cat([tokens(), cls()], 1) + m.pos_embed),
-        (VIT_NO_POSITION,
-         lambda: torch.cat([cls(), tokens()], 1)),
-        ("the class token gets no position: prepend it first, then add all of pos_embed",
-         lambda: torch.cat([cls(), tokens() + m.pos_embed[:, 1:]], 1))]
+def _twins(reference, config, rules, method, images):
+    """(slip, thunk) pairs for ``close``: the ViT slips of ``rules``, each built with ``config`` and the reference's
+    weights (its Linear patch projection as the slip's Conv2d), its ``method`` run on ``images``."""
+    def output(slip):
+        twin = slip.impl(**config).eval()
+        state = reference.state_dict()
+        weight = state["patch_embed.proj.weight"]  # (D, P*P*C) -> the Conv2d's (D, C, P, P)
+        dim, channels, p, _ = twin.patch_embed.proj.weight.shape
+        state["patch_embed.proj.weight"] = weight.reshape(dim, p, p, channels).permute(0, 3, 1, 2)
+        twin.load_state_dict(state)
+        return getattr(twin, method)(images)
+    return [(s, functools.partial(output, s)) for rule in rules for s in SLIPS if (s.exercise, s.rule) == ("ViT", rule)]
 
 
 def _compare(c, cls, config, g, hints=(), gradients=False):
@@ -133,13 +91,13 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
         if not callable(method):
             c.fail("your ViT has no method embed", VIT_NO_EMBED)
         c.close(c.call(method, images, label=f"{label}.embed"), reference.embed(images), "tokens from embed(images)",
-                _embed_variants(reference, images), shape_hints=[
+                _twins(reference, config, ["embed"], "embed", images), shape_hints=[
                     ((batch, reference.patch_embed.num_patches, config["dim"]), "the class token is missing: "
                      "add_class_token_and_position(tokens, self.cls_token, self.pos_embed)")])
         c.phase(before)
         got = c.call(model, images, label=label)
-        c.close(got, reference(images), "logits", _vit_variants(reference, images), atol=1e-4,
-                shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
+        c.close(got, reference(images), "logits", _twins(reference, config, [before, "embed"], "forward", images),
+                atol=1e-4, shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
     c.attributes(model, label, [("grid_size", reference.grid_size, VIT_NO_GRID)])
     if gradients:
         gradient_flow(c, cls, lambda _: c.call(model, images, label=label), lambda _: reference(images), {}, model,
@@ -203,41 +161,35 @@ def _sincos_table(c, cls, config):
     c.ok("pos_embed" in dict(model.named_buffers()), f"with pos_embed='sincos', pos_embed should be a buffer, got "
          f"{describe(pos)}", "self.register_buffer('pos_embed', table): saved and moved with the model, never trained")
     k = reference.num_prefix_tokens
-    table, zero = reference.pos_embed[0, k:], torch.zeros(1, config["dim"])
-    variants = [(VIT_ZERO_ROW_FIRST,
-                 lambda: torch.cat([table, zero])[None]),
-                ("the class token's row repeats a patch's row: it is a row of zeros, torch.cat([torch.zeros(k, dim), "
-                 "table])[None]", lambda: torch.cat([table[:1], table])[None])]
     wrong_rows = ("the class token needs a position row too: a zero row in front, (1, N + 1, D)" if k else
                   VIT_NO_ZERO_ROW)
     n = reference.pos_embed.shape[1]  # the table with the wrong number of zero rows: one too few, or one too many
     shapes = [((1, n - 1 if k else n + 1, 64), wrong_rows), ((n, 64), "add the batch axis in front: table[None]")]
     c.close(pos, reference.pos_embed, f"sin-cos position table (pos_embed) with pool={config['pool']!r}",
-            variants if k else [], shape_hints=shapes)
+            [(s, lambda s=s: s.impl(**config).pos_embed) for s in SLIPS if s.exercise == "ViT" and s.rule == "sincos"],
+            shape_hints=shapes)
     c.load(model, reference, [("pos_embed", "register the table as a buffer named pos_embed, persistent (the "
                                             "default of register_buffer), so it is saved with the model")])
+
+
+def _rates(model):
+    """The drop-path rate of each of the model's blocks (0 for a block without one)."""
+    return [round(max((float(getattr(m, "p", getattr(m, "drop_prob", 0.0)) or 0.0) for name, m in
+                       block.named_modules() if name.startswith("drop_path")), default=0.0), 6)
+            for block in model.blocks]
 
 
 def _drop_path_rates(c, cls):
     """Stochastic depth rises linearly over the blocks: drop_path * i / max(depth - 1, 1)."""
     c.phase("drop_path")
     depth, top = 4, 0.3
-    model = c.build(cls, **dict(SMALL, depth=depth, drop_path=top))
-    got = [round(max((float(getattr(m, "p", getattr(m, "drop_prob", 0.0)) or 0.0) for name, m in
-                      block.named_modules() if name.startswith("drop_path")), default=0.0), 6)
-           for block in model.blocks]
+    config = dict(SMALL, depth=depth, drop_path=top)
+    got = _rates(c.build(cls, **config))
     expected = [round(top * i / (depth - 1), 6) for i in range(depth)]
-    wrong = {VIT_RATES_BY_DEPTH: [top * i / depth for i in range(depth)],
-             "the first block should get 0 and the last drop_path: drop_path * i / max(depth - 1, 1)":
-                 [top * (i + 1) / depth for i in range(depth)],
-             VIT_SAME:
-                 [top] * depth,
-             "the rates fall with depth: the first block gets 0, the last drop_path": expected[::-1],
-             "drop_path seems ignored: give block i the rate drop_path * i / max(depth - 1, 1), "
-             "EncoderBlock(..., drop_path=rate)": [0.0] * depth}
-    hint = next((h for h, rates in wrong.items() if [round(r, 6) for r in rates] == got), None)
+    slips = [s for s in SLIPS if s.exercise == "ViT" and s.rule == "drop_path"]
     c.ok(got == expected, f"with drop_path={top} and depth={depth} the blocks' drop-path rates are {got}, expected "
-         f"{expected} (rising linearly from 0 to drop_path)", hint)
+         f"{expected} (rising linearly from 0 to drop_path)",
+         c.diagnose(slips, lambda rates: rates == got, lambda impl: _rates(impl(**config))))
     c.build(cls, **dict(SMALL, depth=1, drop_path=top))  # one block: max(depth - 1, 1) avoids a division by 0
 
 
@@ -268,7 +220,7 @@ def strong_blocks(c, cls, g):
     c.phase("output")
     with torch.no_grad():
         c.close(c.call(model, images, label=label), reference(images), "logits (blocks with larger weights)",
-                _vit_variants(reference, images), atol=1e-4)
+                _twins(reference, config, ["output", "embed"], "forward", images), atol=1e-4)
     c.phase("eps")
     eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
     c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", VIT_TORCH_DEFAULT)
@@ -546,6 +498,9 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
      vit_with("buffer_pos")),
     ("embed_detached", "gradient", CUT_AT, vit_with("embed_detached")),
     ("centred", "inputs", IN_PLACE, vit_with("in_place")),
+    # before no_position: the same tokens without a class token, the hint that fits them
+    ("no_position_patches", "embed", "the position embeddings are missing: add pos_embed to the patch tokens",
+     vit_with("nopos_patches")),
     ("no_position", "embed", VIT_NO_POSITION, vit_with("nopos")),
     ("mean_head", "output", VIT_MEAN_HEAD, vit_with(cls="mean")),
     ("sincos_zero_last", "sincos", VIT_ZERO_ROW_FIRST, vit_with("sincos_zero_last")),
@@ -568,8 +523,6 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("mean_skips_1", "pool", "the mean leaves out token 0, a patch token here (there is no class token): average "
      "x[:, num_prefix_tokens:]", vit_with(mean="skip1")),
     ("no_norm_mean", "pool", "the final LayerNorm `norm` is not applied before pooling", vit_with("nonorm_mean")),
-    ("no_position_patches", "embed", "the position embeddings are missing: add pos_embed to the patch tokens",
-     vit_with("nopos_patches")),
     ("cls_no_position", "embed", VIT_CLS_NO_POSITION, vit_with("cls_nopos")),
     ("appended_last", "embed", VIT_APPENDED, vit_with("append", cls="last")),
     ("no_position_last", "embed", VIT_NO_POSITION, vit_with("nopos", cls="last")),
