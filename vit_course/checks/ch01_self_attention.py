@@ -228,25 +228,6 @@ def _sdpa_half_only(q, k, v, mask=None):
     raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")  # torch's own, not the stub
 
 
-def _sdpa_kT(q, k, v, mask=None):
-    scores = q @ k.T / math.sqrt(q.shape[-1])  # fine for 2-D k, wrong for a batch
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
-
-
-def _sdpa_transpose_1_2(q, k, v, mask=None):
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])  # fine for a 3-D batch, not for 2-D or 4-D inputs
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
-
-
-def _sdpa_bmm(q, k, v, mask=None):
-    scores = torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # 3-D batches only
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
-
-
-def _sdpa_mask_always(q, k, v, mask=None):
-    return attention(q, k, v, ~~mask)
-
-
 def _sdpa_detached(q, k, v, mask=None):
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
     return attention(q, k, v, mask, scale=1.0, scores=scores)
@@ -271,10 +252,6 @@ def _sdpa_numpy_detached(q, k, v, mask=None):
 
 def _sdpa_data(q, k, v, mask=None):
     return attention(q.data, k, v, mask)
-
-
-def _sdpa_fused(q, k, v, mask=None):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), attention(q, k, v, mask)[1]
 
 
 def _sdpa_einsum(q, k, v, mask=None):
@@ -304,12 +281,15 @@ SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
     ("out_only", "output", PAIR, lambda q, k, v, mask=None: attention(q, k, v, mask)[0]),
     ("double", "output", DOUBLE, lambda q, k, v, mask=None: tuple(t.double() for t in attention(q, k, v, mask))),
     ("nan", "output", NAN, lambda q, k, v, mask=None: tuple(t * float("nan") for t in attention(q, k, v, mask))),
-    ("k.T", "output", known(r"\.T\b"), _sdpa_kT),
-    ("transpose_1_2", "output", known("Dimension out of range"), _sdpa_transpose_1_2),
-    ("bmm", "output", known("must be a 3D tensor"), _sdpa_bmm),
+    ("k.T", "output", known(r"\.T\b"), _sdpa(scores=lambda q, k, v: q @ k.T)),  # fine for 2-D k, wrong for a batch
+    # fine for a 3-D batch, not for 2-D or 4-D inputs
+    ("transpose_1_2", "output", known("Dimension out of range"), _sdpa(scores=lambda q, k, v: q @ k.transpose(1, 2))),
+    ("bmm", "output", known("must be a 3D tensor"), _sdpa(scores=lambda q, k, v: torch.bmm(q, k.transpose(-2, -1)))),
     ("half_only", "output", known("not implemented for 'Half'"), _sdpa_half_only),
-    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"), _sdpa_mask_always),
-    ("fused", "plain", FUSED, _sdpa_fused),
+    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"),
+     lambda q, k, v, mask=None: attention(q, k, v, ~~mask)),
+    ("fused", "plain", FUSED, lambda q, k, v, mask=None: (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                                                          attention(q, k, v, mask)[1])),
     ("no_mask_argument", "mask", MASK_ARGUMENT, lambda q, k, v: attention(q, k, v)),
     ("inverted", "mask", INVERTED, _sdpa(mask_mode="inverted")),
     ("ignored", "mask", IGNORED, _sdpa(mask_mode="none")),
