@@ -2,9 +2,6 @@
 model whose blocks matter, its dropouts, its final norm's eps and the hybrid stem) and count_parameters (by
 formula, with the hints of the usual omissions): checks and rules."""
 
-# ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
-# ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the function that builds it)
-
 import functools
 import numbers
 
@@ -24,7 +21,6 @@ VIT_RENAMED = "the patch embedding is `patch_embed` (a PatchEmbedding with a Lin
 VIT_NO_GRID = "self.grid_size = self.patch_embed.grid_size"
 VIT_NO_EMBED = "write embed(images) -> (b, n, D) as the exercise asks"
 VIT_APPENDED = "the class token is appended: prepend it (token 0), add_class_token_and_position does"
-VIT_NO_NORM = "the final LayerNorm `norm` is not applied before the head"
 VIT_FIRST_BLOCK = "only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`"
 VIT_PE_IMAGE_SIZE = ("the patches are cut from the stem's output: PatchEmbedding(token_image, patch_size, "
                      "token_channels, dim), the given lines set both")
@@ -33,8 +29,6 @@ VIT_DROPS_SWAPPED = ("EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, at
                      "arguments in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
 VIT_CLS_RANDOM = "nn.Parameter(torch.zeros(1, 1, dim))"
 VIT_PARAMETER = "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)"
-VIT_MEAN_ALL = ("mean pooling averages the class token in with the patches: average the patch tokens only, x[:, "
-                "num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)")
 VIT_SAME = "every block gets the same rate: it rises linearly from 0 (first block) to drop_path (last)"
 VIT_FLOAT = "use // to count the patches (or int(...)): / always gives a float"
 VIT_BUILT = ("count by formula, without building the model or any tensor: the point is to size models too big for "
@@ -46,8 +40,6 @@ VIT_ZERO_ROW_FIRST = "the class token's zero row goes in front: torch.cat([torch
 VIT_NO_ZERO_ROW = ("with pool='mean' and class_token=None there is no class token, so no zero row: one per "
                           "prefix token, torch.zeros(self.num_prefix_tokens, dim), none here")
 VIT_QKV_BIAS = "qkv_bias=False: pass qkv_bias on to every EncoderBlock"
-VIT_RATES_BY_DEPTH = ("the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, drop_path * i "
-                          "/ max(depth - 1, 1), so the last block gets drop_path itself")
 VIT_POS_STD = "nn.Parameter(torch.randn(1, n, dim) * 0.02)"
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
@@ -114,7 +106,8 @@ def ViT(c, cls):
     _compare(c, cls, dict(SMALL, image_size=8, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1,
                           num_heads=3, mlp_ratio=4.0), g)
     _initial_values(c, cls)
-    _sincos(c, cls, g)
+    _sincos(c, cls, "cls")
+    _sincos(c, cls, "mean")
     c.phase("pool")
     no_class_token = ("cls_token", "with pool='mean' and class_token=None there is no class token: "
                                    "self.cls_token = None (class_token defaults to pool == 'cls')")
@@ -142,15 +135,11 @@ def _initial_values(c, cls):
          VIT_POS_STD)
 
 
-def _sincos(c, cls, g):
+def _sincos(c, cls, pool):
     """pos_embed="sincos": a buffer (not trained), a zero row per class token (none with pool="mean"), the table."""
     c.phase("sincos")
-    for pool in ("cls", "mean"):
-        _sincos_table(c, cls, dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1,
-                                   num_heads=4, mlp_ratio=2.0, pos_embed="sincos", pool=pool))
-
-
-def _sincos_table(c, cls, config):
+    config = dict(image_size=28, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1, num_heads=4,
+                  mlp_ratio=2.0, pos_embed="sincos", pool=pool)
     reference = ref.ViT(**config)
     model = c.build(cls, **config)
     pos = getattr(model, "pos_embed", None)
@@ -197,23 +186,15 @@ DEEPER = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16,
 HYBRID = dict(DEEPER, image_size=16, patch_size=2, stem_channels=(4, 8))  # the stem: 16x16x3 -> 4x4x8
 
 
-def _strong(config, g):
-    """The reference ViT(**config) in eval mode, its blocks' Linear weights of std 0.3 (not 0.02) and random norms."""
+def strong_blocks(c, cls, g):
+    """With blocks that matter: the logits in eval mode, the final norm's eps, the dropouts while training."""
+    config = dict(DEEPER, drop=0.1, attn_drop=0.3)
     reference = randomize_norms(ref.ViT(**config).eval(), g)
-    with torch.no_grad():
+    with torch.no_grad():  # the blocks' Linear weights of std 0.3 (not 0.02)
         for name, p in reference.named_parameters():
             if name.startswith("blocks.") and p.ndim == 2:
                 p.normal_(0, 0.3, generator=g)
-        if reference.cls_token is not None:
-            reference.cls_token.normal_(generator=g)
-    return reference
-
-
-def strong_blocks(c, cls, g):
-    """With blocks that matter: the logits in eval mode, the final norm's eps, the dropouts while training.
-    """
-    config = dict(DEEPER, drop=0.1, attn_drop=0.3)
-    reference = _strong(config, g)
+        reference.cls_token.normal_(generator=g)
     label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in config.items()) + ")"
     model = c.load(c.build(cls, **config), reference)
     images = torch.randn(2, 3, 12, 12, generator=g)
@@ -238,8 +219,7 @@ STEM_SKIPPED = "embed skips the stem: tokens = self.patch_embed(self.stem(images
 
 
 def hybrid(c, cls, g):
-    """A hybrid ViT: the patch embedding is built for the stem's output and embed runs the stem first.
-    """
+    """A hybrid ViT: the patch embedding is built for the stem's output and embed runs the stem first."""
     reference = randomize_norms(ref.ViT(**HYBRID).eval(), g)
     label = "ViT(" + ", ".join(f"{k}={v!r}" for k, v in HYBRID.items()) + ")"
     c.phase("names")
@@ -437,17 +417,21 @@ def given(image_size, in_channels, stem_channels):
 def count(*slips):
     """count_parameters by formula, with ``slips``: the parts it leaves out (the keys of ``block`` and ``parts``
     below), or "in_channels" and "image_size" (the patches cut from the image, not from the stem's output), "square"
-    (N from the height alone), "mlp_ratio" (hidden = 4 * dim, whatever mlp_ratio) and "once" (one block counted)."""
+    (N from the height alone), "mlp_ratio" (hidden = 4 * dim, whatever mlp_ratio), "once" (one block counted) and
+    the options it ignores: "pos_embed_ignored", "class_token_ignored", "qkv_bias_ignored" (counted as if learned,
+    not given, True) and "pool_ignored" (a class token whatever pool)."""
     def count_parameters(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0,
                          pool="cls", pos_embed="learned", class_token=None, qkv_bias=True, init_values=None,
                          stem_channels=None, **_):
+        class_token = None if "class_token_ignored" in slips else True if "pool_ignored" in slips else class_token
         k = int(pool == "cls" if class_token is None else class_token)
         stem, channels, height, width = given(image_size, in_channels, stem_channels)
         channels = in_channels if "in_channels" in slips else channels
         height, width = ref.to_pair(image_size) if "image_size" in slips else (height, width)
         n = (height // patch_size) * ((height if "square" in slips else width) // patch_size)
         hidden = 4 * dim if "mlp_ratio" in slips else int(dim * mlp_ratio)
-        learned = pos_embed == "learned"
+        learned = pos_embed == "learned" or "pos_embed_ignored" in slips
+        qkv_bias = qkv_bias or "qkv_bias_ignored" in slips
         block = dict(norm_weights=2 * dim, norm_biases=2 * dim, qkv=3 * dim * dim, qkv_bias=3 * dim * qkv_bias,
                      proj=dim * dim, proj_bias=dim, fc1=dim * hidden, fc1_bias=hidden, fc2=hidden * dim, fc2_bias=dim,
                      layerscale=2 * dim * bool(init_values))
@@ -476,15 +460,12 @@ def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth
         dim, num_classes)
 
 
-def count_float(**cfg):
-    return float(ref.count_parameters(**cfg))
-
 SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("renamed", "names", VIT_RENAMED, vit_with("renamed")),
     ("no_grid", "attributes", VIT_NO_GRID, vit_with("no_grid")),
     ("no_embed", "embed", VIT_NO_EMBED, vit_with("no_embed")),
     ("appended", "embed", VIT_APPENDED, vit_with("append")),
-    ("no_norm", "output", VIT_NO_NORM, vit_with("nonorm")),
+    ("no_norm", "output", "the final LayerNorm `norm` is not applied before the head", vit_with("nonorm")),
     ("first_block", "output", VIT_FIRST_BLOCK, vit_with("first_block")),
     ("no_stem", "embed", STEM_SKIPPED, vit_with("no_stem")),
     ("pe_image_size", "names", VIT_PE_IMAGE_SIZE, vit_with("pe_image_size")),
@@ -492,10 +473,10 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("drops_swapped", "blocks", VIT_DROPS_SWAPPED, vit_with("drops_swapped")),
     ("cls_random", "initial", VIT_CLS_RANDOM, vit_with("cls_random")),
     ("parameter", "sincos", VIT_PARAMETER, vit_with("sincos_param")),
-    ("mean_all", "pool", VIT_MEAN_ALL, vit_with(mean="all")),
+    ("mean_all", "pool", "mean pooling averages the class token in with the patches: average the patch tokens "
+     "only, x[:, num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)", vit_with(mean="all")),
     ("same", "drop_path", VIT_SAME, vit_with("rates_same")),
-    ("buffer_pos", "gradient", NOT_TRAINED,
-     vit_with("buffer_pos")),
+    ("buffer_pos", "gradient", NOT_TRAINED, vit_with("buffer_pos")),
     ("embed_detached", "gradient", CUT_AT, vit_with("embed_detached")),
     ("centred", "inputs", IN_PLACE, vit_with("in_place")),
     # before no_position: the same tokens without a class token, the hint that fits them
@@ -507,7 +488,8 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("sincos_zero_always", "sincos", VIT_NO_ZERO_ROW, vit_with("sincos_zero_always")),
     ("options_ignored", "names", VIT_QKV_BIAS, vit_with("options_ignored")),
     ("cls_always", "sincos", VIT_NO_ZERO_ROW, vit_with("cls_always")),
-    ("rates_by_depth", "drop_path", VIT_RATES_BY_DEPTH, vit_with("rates_depth")),
+    ("rates_by_depth", "drop_path", "the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, "
+     "drop_path * i / max(depth - 1, 1), so the last block gets drop_path itself", vit_with("rates_depth")),
     ("no_max", "output", known("division by zero"), vit_with("no_max")),
     ("pos_std1", "initial", VIT_POS_STD, vit_with("pos_std1")),
     ("last_block", "output", "only the last block is applied: run every block in turn, `for block in self.blocks: x = "
@@ -537,55 +519,50 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
      "EncoderBlock(..., drop_path=rate)", vit_with("rates_ignored")),
 ]]
 BLOCK_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")
-SLIPS += [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("square_n", "output", "N counts the patches of a square: N = (height / P) * (width / P)", count("square")),
-    ("no_stem", "output", "the stem's parameters are not counted: add `stem`, as the given lines compute it",
-     count("stem")),
-    ("in_channels_after_stem", "output", "after the stem the patches are cut from its output: use `channels` (the "
-     "stem's last width), not in_channels", count("in_channels")),
-    ("image_size_after_stem", "output", "after the stem the patches are cut from its smaller map: count N from "
-     "`height` and `width`, not image_size", count("image_size")),
-    ("sincos_counted", "output", "a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D table "
-     "only for pos_embed='learned'", lambda **cfg: count()(**{**cfg, "pos_embed": "learned"})),
-    ("mean_cls", "output", "with pool='mean' there is no class token unless class_token=True (it defaults to pool == "
-     "'cls'): no cls_token, and no position row for it", lambda **cfg: count()(**{**cfg, "class_token": True})),
-    ("class_token_mean", "output", "class_token=True adds a class token even with pool='mean': cls_token (D) and its "
-     "position row", lambda **cfg: count()(**{**cfg, "class_token": None})),
-    ("qkv_bias", "output", "qkv_bias=False: the qkv layers have no bias (3D fewer per block)",
-     lambda **cfg: count()(**{**cfg, "qkv_bias": True})),
-    ("layerscale", "output", "with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma (D each)",
-     count("layerscale")),
-    ("no_cls_token", "output", "the class token (1 x D) is not counted, or its row of the position table "
-     "((N + 1) x D)", count("cls_token")),
-    ("no_positions", "output", "the position embeddings ((N + 1) x D) are not counted", count("positions", "cls_row")),
-    ("no_cls", "output", "the class token and its position row are both missing", count("cls_token", "cls_row")),
-    ("patch_bias", "output", "the patch projection's bias (D) is not counted", count("patch_bias")),
-    ("no_patch_projection", "output", "the patch projection (P*P*C x D weights + D biases) is not counted",
-     count("patch", "patch_bias")),
-    ("no_block_biases", "output", "the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 "
-     "hidden, fc2 D per block)", count(*BLOCK_BIASES)),
-    ("no_biases", "output", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per "
-     "block)", count("patch_bias", *BLOCK_BIASES)),
-    ("no_biases_at_all", "output", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 "
-     "D per block; head)", count("patch_bias", *BLOCK_BIASES, "head_bias")),
-    ("no_qkv_bias", "output", "the qkv bias (3D per block) is not counted", count("qkv_bias")),
-    ("no_mlp_biases", "output", "the MLP's biases (fc1 hidden, fc2 D per block) are not counted",
-     count("fc1_bias", "fc2_bias")),
-    ("no_block_norms", "output", "the LayerNorms (2 x 2D per block) are not counted",
-     count("norm_weights", "norm_biases")),
-    ("no_norms", "output", "the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)",
-     count("norm_weights", "norm_biases", "norm", "norm_bias")),
-    ("final_norm", "output", "the final LayerNorm (2D) is not counted", count("norm", "norm_bias")),
-    ("norm_weights_only", "output", "the LayerNorms are counted with weights only (D each, no bias)",
-     count("norm_biases", "norm_bias")),
-    ("no_head", "output", "the head (D x classes + classes) is not counted", count("head", "head_bias")),
-    ("no_head_bias", "output", "the head's bias is not counted", count("head_bias")),
-    ("no_proj", "output", "the attention output projection proj (D x D + D per block) is not counted",
-     count("proj", "proj_bias")),
-    ("blocks_once", "output", "every block's parameters are counted once only: multiply by depth", count("once")),
-    ("mlp_ratio_ignored", "output", "the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)",
-     count("mlp_ratio")),
-    ("float", "int", VIT_FLOAT, count_float),
+SLIPS += [Slip("count_parameters", name, "output", hint, count(*slips)) for name, hint, slips in [
+    ("square_n", "N counts the patches of a square: N = (height / P) * (width / P)", ["square"]),
+    ("no_stem", "the stem's parameters are not counted: add `stem`, as the given lines compute it", ["stem"]),
+    ("in_channels_after_stem", "after the stem the patches are cut from its output: use `channels` (the stem's last "
+     "width), not in_channels", ["in_channels"]),
+    ("image_size_after_stem", "after the stem the patches are cut from its smaller map: count N from `height` and "
+     "`width`, not image_size", ["image_size"]),
+    ("sincos_counted", "a sin-cos position table is a buffer, not a parameter: count the (N + 1) x D table only for "
+     "pos_embed='learned'", ["pos_embed_ignored"]),
+    ("mean_cls", "with pool='mean' there is no class token unless class_token=True (it defaults to pool == 'cls'): "
+     "no cls_token, and no position row for it", ["pool_ignored"]),
+    ("class_token_mean", "class_token=True adds a class token even with pool='mean': cls_token (D) and its position "
+     "row", ["class_token_ignored"]),
+    ("qkv_bias", "qkv_bias=False: the qkv layers have no bias (3D fewer per block)", ["qkv_bias_ignored"]),
+    ("layerscale", "with init_values set every block has two LayerScales, ls1.gamma and ls2.gamma (D each)",
+     ["layerscale"]),
+    ("no_cls_token", "the class token (1 x D) is not counted, or its row of the position table ((N + 1) x D)",
+     ["cls_token"]),
+    ("no_positions", "the position embeddings ((N + 1) x D) are not counted", ["positions", "cls_row"]),
+    ("no_cls", "the class token and its position row are both missing", ["cls_token", "cls_row"]),
+    ("patch_bias", "the patch projection's bias (D) is not counted", ["patch_bias"]),
+    ("no_patch_projection", "the patch projection (P*P*C x D weights + D biases) is not counted",
+     ["patch", "patch_bias"]),
+    ("no_block_biases", "the biases of the blocks' Linear layers are not counted (qkv 3D, proj D, fc1 hidden, fc2 D "
+     "per block)", BLOCK_BIASES),
+    ("no_biases", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per block)",
+     ["patch_bias", *BLOCK_BIASES]),
+    ("no_biases_at_all", "the biases are not counted (patch projection D; qkv 3D, proj D, fc1 hidden, fc2 D per "
+     "block; head)", ["patch_bias", *BLOCK_BIASES, "head_bias"]),
+    ("no_qkv_bias", "the qkv bias (3D per block) is not counted", ["qkv_bias"]),
+    ("no_mlp_biases", "the MLP's biases (fc1 hidden, fc2 D per block) are not counted", ["fc1_bias", "fc2_bias"]),
+    ("no_block_norms", "the LayerNorms (2 x 2D per block) are not counted", ["norm_weights", "norm_biases"]),
+    ("no_norms", "the LayerNorms are not counted (2 x 2D per block, plus 2D for the final norm)",
+     ["norm_weights", "norm_biases", "norm", "norm_bias"]),
+    ("final_norm", "the final LayerNorm (2D) is not counted", ["norm", "norm_bias"]),
+    ("norm_weights_only", "the LayerNorms are counted with weights only (D each, no bias)",
+     ["norm_biases", "norm_bias"]),
+    ("no_head", "the head (D x classes + classes) is not counted", ["head", "head_bias"]),
+    ("no_head_bias", "the head's bias is not counted", ["head_bias"]),
+    ("no_proj", "the attention output projection proj (D x D + D per block) is not counted", ["proj", "proj_bias"]),
+    ("blocks_once", "every block's parameters are counted once only: multiply by depth", ["once"]),
+    ("mlp_ratio_ignored", "the MLP width ignores mlp_ratio: hidden = int(dim * mlp_ratio)", ["mlp_ratio"]),
+]] + [Slip("count_parameters", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("float", "int", VIT_FLOAT, lambda **cfg: float(ref.count_parameters(**cfg))),
     ("built", "formula", VIT_BUILT, lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters())),
     ("nan", "output", NAN, lambda **cfg: float("nan")),
     ("tensor", "output", PLAIN_NUMBER, lambda **cfg: torch.tensor(5)),
