@@ -20,7 +20,6 @@ from .modules import WEIGHTS_MASK, check_attention_weights, only_biases, twins
 from .probes import TorchCalls
 
 NO_SCALE = "this is the output without the 1/sqrt(d) scaling: divide the scores q k^T by sqrt(d), d = q's last size"
-BY_D = "the scores look divided by d instead of sqrt(d)"
 TIMES = "the scores look multiplied by sqrt(d): divide them by sqrt(d), d = q's last size"
 BY_DV = ("the scores are scaled with the wrong size (the values' width or a number of tokens): the scale is "
          "1/sqrt(d), d = q's last size")
@@ -30,11 +29,7 @@ INVERTED = "the mask looks inverted: True means 'may attend', so fill the scores
 IGNORED = "the mask seems to be ignored: set the scores where the mask is False to -inf before the softmax"
 ZEROED = "masked scores were set to 0 instead of -inf: exp(0) = 1 still gives them weight"
 AFTER = "the mask was applied after the softmax: mask the scores before it, so the rows still sum to 1"
-ADDED = ("the boolean mask was added to the scores (True counts as 1): fill the scores where the mask is False "
-         "with -inf instead")
 LOG = "these are log-probabilities (log_softmax): the weights are the softmax of the scores, each row summing to 1"
-SUM = ("the scores are divided by their sum: the weights are their softmax, exp(scores) normalised, "
-       "`scores.softmax(dim=-1)`")
 SCORES_OUT = "the output multiplies the scores by v: multiply the weights (after the softmax), `weights @ v`"
 QK_SWAPPED = "queries and keys look swapped: scores are q k^T, one row per query"
 NO_TRANSPOSE = ("your heads look reshaped without a transpose: `.view(b, h, n, d)` mixes tokens and heads; "
@@ -266,7 +261,7 @@ def _sdpa_einsum(q, k, v, mask=None):
 SDPA = "scaled_dot_product_attention"
 SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
     ("no_scale", "output", NO_SCALE, _sdpa(scale=1.0)),
-    ("by_d", "output", BY_D, _sdpa(scale=lambda q, k, v: 1 / q.shape[-1])),
+    ("by_d", "output", "the scores look divided by d instead of sqrt(d)", _sdpa(scale=lambda q, k, v: 1 / q.shape[-1])),
     ("times", "output", TIMES, _sdpa(scale=lambda q, k, v: math.sqrt(q.shape[-1]))),
     ("by_dv", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1]))),
     ("by_keys", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2]))),
@@ -274,7 +269,8 @@ SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
     ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]))),
     ("axis", "output", WRONG_AXIS, _sdpa(axis=-2)),
     ("log_softmax", "output", LOG, _sdpa(norm="log")),
-    ("sum", "output", SUM, _sdpa(norm="sum")),
+    ("sum", "output", "the scores are divided by their sum: the weights are their softmax, exp(scores) normalised, "
+     "`scores.softmax(dim=-1)`", _sdpa(norm="sum")),
     ("scores_out", "output", SCORES_OUT, _sdpa(out_from="scores")),
     ("swapped", "output", PRODUCT, _sdpa(swap=True)),
     ("weights_first", "output", WEIGHTS_FIRST, lambda q, k, v, mask=None: attention(q, k, v, mask)[::-1]),
@@ -295,7 +291,8 @@ SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
     ("ignored", "mask", IGNORED, _sdpa(mask_mode="none")),
     ("zero", "mask", ZEROED, _sdpa(mask_mode="zero")),
     ("after", "mask", AFTER, _sdpa(mask_mode="after")),
-    ("added", "mask", ADDED, _sdpa(mask_mode="added")),
+    ("added", "mask", "the boolean mask was added to the scores (True counts as 1): fill the scores where the mask "
+     "is False with -inf instead", _sdpa(mask_mode="added")),
     ("detach", "gradient", CUT_AT, _sdpa_detached),
     ("no_grad", "gradient", CUT_AT, _sdpa_no_grad),
     ("numpy", "gradient", known("Can't call numpy() on Tensor that requires grad"), _sdpa_numpy),
@@ -306,14 +303,17 @@ SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
 
 
 class _SelfAttention(nn.Module):
-    """SelfAttention with one slip, ``slip`` (None: the statement's), and the ``attention`` knobs ``knobs``."""
+    """SelfAttention with one slip, ``slip`` (None: the statement's), the layers giving queries, keys and values
+    (``roles``), the function computing the attention (``attend``) and its knobs ``knobs`` (a knob given as a function
+    of x is computed from it)."""
 
-    slip, roles, knobs = None, "qkv", {}
+    slip, roles, attend, knobs = None, "qkv", staticmethod(attention), {}
 
     def __init__(self, dim, head_dim):
         super().__init__()
         self.q, self.k, self.v = (nn.Linear(dim, head_dim, bias=self.slip == "bias") for _ in range(3))
-        self.dim = dim
+        if self.slip == "missing":  # the former API, without attention_weights
+            self.attention_weights = None
 
     def _qkv(self, x):
         made = dict(q=self.q(x), k=self.k(x), v=self.v(x), x=x)  # x: attention on x itself, not projected
@@ -326,21 +326,21 @@ class _SelfAttention(nn.Module):
             x /= math.sqrt(x.shape[-1])
         q, k, v = self._qkv(x)
         mask = None if self.slip == "mask_dropped" else mask
-        if self.slip == "by_dim":
-            return attention(q, k, v, mask, scale=1 / math.sqrt(self.dim))[0]
         if self.slip == "no_grad":
             with torch.no_grad():
                 return attention(q, k, v, mask)[0]
-        return attention(q, k, v, mask) if self.slip == "pair" else attention(q, k, v, mask, **self.knobs)[0]
+        kw = {key: value(x) if callable(value) else value for key, value in self.knobs.items()}
+        return attention(q, k, v, mask) if self.slip == "pair" else self.attend(q, k, v, mask, **kw)[0]
 
     def attention_weights(self, x, mask=None):
         if self.slip == "output_returned":
             return self(x, mask)
-        return attention(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
+        return self.attend(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
 
 
-def _self_attention(slip=None, roles="qkv", **knobs):
-    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "roles": roles, "knobs": knobs})
+def _self_attention(slip=None, roles="qkv", attend=attention, **knobs):
+    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "roles": roles, "attend": staticmethod(attend),
+                                                     "knobs": knobs})
 
 
 def _roles(roles):
@@ -350,16 +350,6 @@ def _roles(roles):
     return QK_SWAPPED if roles == "kqv" else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
 
 
-class _SelfAttentionOldAPI(_SelfAttention):
-    """The former API (return_attention=True gives (out, weights)) without attention_weights."""
-
-    attention_weights = None
-
-    def forward(self, x, mask=None, return_attention=False):
-        out, weights = attention(self.q(x), self.k(x), self.v(x), mask)
-        return (out, weights) if return_attention else out
-
-
 SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl is None else impl)
           for name, rule, hint, impl in [
     ("linear", "names", NAMES, nn.Linear),
@@ -367,12 +357,12 @@ SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl 
     ("axis", "output", WRONG_AXIS, _self_attention(axis=-2)),
     ("inverted", "mask", INVERTED, _self_attention(mask_mode="inverted")),
     ("bias", "names", NO_BIAS, None),
-    ("by_dim", "output", BY_DIM, None),
+    ("by_dim", "output", BY_DIM, _self_attention(scale=lambda x: 1 / math.sqrt(x.shape[-1]))),
     ("unprojected", "output", "this is attention on x itself: project x with self.q, self.k and self.v first",
      _self_attention(roles="xxx")),
     ("pair", "output", TUPLE, None),
     ("mask_dropped", "mask", NOT_PASSED, None),
-    ("missing", "attention_weights", WEIGHTS_REQUIRED, _SelfAttentionOldAPI),
+    ("missing", "attention_weights", WEIGHTS_REQUIRED, None),
     ("output_returned", "attention_weights", WEIGHTS_NOT_OUTPUT, None),
     ("weights_no_mask", "attention_weights", WEIGHTS_MASK, None),
     ("q_detached", "gradient", CUT_AT, None),
@@ -383,17 +373,7 @@ SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl 
       for roles in map("".join, itertools.product("qkv", repeat=3)) if roles != "qkv"]
 
 
-class _SelfAttentionSDPA(_SelfAttention):
-    """The statement's API on the einsum attention."""
-
-    def forward(self, x, mask=None):
-        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[0]
-
-    def attention_weights(self, x, mask=None):
-        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[1]
-
-
 VARIANTS = [Variant(SDPA, "reference", ref.scaled_dot_product_attention), Variant(SDPA, "einsum", _sdpa_einsum),
             Variant(SDPA, "knobs", _sdpa()), Variant("SelfAttention", "reference", ref.SelfAttention),
-            Variant("SelfAttention", "sdpa", _SelfAttentionSDPA),
+            Variant("SelfAttention", "sdpa", _self_attention(attend=_sdpa_einsum)),  # the einsum attention
             Variant("SelfAttention", "knobs", _self_attention(None))]
