@@ -17,18 +17,8 @@ from .modules import randomize_norms
 from .probes import TorchCalls, call_naming, works_on
 from .wiring import dropout_wiring
 
-VIT_RENAMED = "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)"
-VIT_NO_GRID = "self.grid_size = self.patch_embed.grid_size"
-VIT_NO_EMBED = "write embed(images) -> (b, n, D) as the exercise asks"
 VIT_APPENDED = "the class token is appended: prepend it (token 0), add_class_token_and_position does"
 VIT_FIRST_BLOCK = "only the first block is applied: run every block in turn, `for block in self.blocks: x = block(x)`"
-VIT_PE_IMAGE_SIZE = ("the patches are cut from the stem's output: PatchEmbedding(token_image, patch_size, "
-                     "token_channels, dim), the given lines set both")
-VIT_TORCH_DEFAULT = "norm = nn.LayerNorm(dim, eps=1e-6): PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6"
-VIT_DROPS_SWAPPED = ("EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values): the "
-                     "arguments in the statement's order (or by name, drop=drop, attn_drop=attn_drop)")
-VIT_CLS_RANDOM = "nn.Parameter(torch.zeros(1, 1, dim))"
-VIT_PARAMETER = "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', table)"
 VIT_SAME = "every block gets the same rate: it rises linearly from 0 (first block) to drop_path (last)"
 VIT_FLOAT = "use // to count the patches (or int(...)): / always gives a float"
 VIT_BUILT = ("count by formula, without building the model or any tensor: the point is to size models too big for "
@@ -39,8 +29,6 @@ VIT_MEAN_HEAD = "the head reads the mean of the patch tokens: read the class tok
 VIT_ZERO_ROW_FIRST = "the class token's zero row goes in front: torch.cat([torch.zeros(k, dim), table])[None]"
 VIT_NO_ZERO_ROW = ("with pool='mean' and class_token=None there is no class token, so no zero row: one per "
                           "prefix token, torch.zeros(self.num_prefix_tokens, dim), none here")
-VIT_QKV_BIAS = "qkv_bias=False: pass qkv_bias on to every EncoderBlock"
-VIT_POS_STD = "nn.Parameter(torch.randn(1, n, dim) * 0.02)"
 SMALL = dict(image_size=12, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
 
 
@@ -68,7 +56,7 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
             reference.pos_embed.normal_(generator=g)
     model = c.build(cls, **config)
     c.load(model, reference, [*hints,
-        ("patch_embed", VIT_RENAMED),
+        ("patch_embed", HINT["renamed"]),
         ("cls_token", "the class token is a parameter `cls_token` of shape (1, 1, dim)"),
         ("pos_embed", "the position embeddings are a parameter `pos_embed` of shape (1, N + 1, dim)"),
         ("blocks", "the encoder blocks are an nn.ModuleList called `blocks`"),
@@ -81,7 +69,7 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
         c.phase("embed")
         method = getattr(model, "embed", None)
         if not callable(method):
-            c.fail("your ViT has no method embed", VIT_NO_EMBED)
+            c.fail("your ViT has no method embed", HINT["no_embed"])
         c.close(c.call(method, images, label=f"{label}.embed"), reference.embed(images), "tokens from embed(images)",
                 _twins(reference, config, ["embed"], "embed", images), shape_hints=[
                     ((batch, reference.patch_embed.num_patches, config["dim"]), "the class token is missing: "
@@ -90,7 +78,7 @@ def _compare(c, cls, config, g, hints=(), gradients=False):
         got = c.call(model, images, label=label)
         c.close(got, reference(images), "logits", _twins(reference, config, [before, "embed"], "forward", images),
                 atol=1e-4, shape_hints=[((batch, config["dim"]), "this is the pooled features: apply the head")])
-    c.attributes(model, label, [("grid_size", reference.grid_size, VIT_NO_GRID)])
+    c.attributes(model, label, [("grid_size", reference.grid_size, HINT["no_grid"])])
     if gradients:
         gradient_flow(c, cls, lambda _: c.call(model, images, label=label), lambda _: reference(images), {}, model,
                       reference, what="the logits")
@@ -115,7 +103,7 @@ def ViT(c, cls):
     _compare(c, cls, dict(SMALL, pool="mean", class_token=True), g)
     c.phase("blocks")
     _compare(c, cls, dict(SMALL, qkv_bias=False, init_values=0.1), g, [
-        ("qkv.bias", VIT_QKV_BIAS),
+        ("qkv.bias", HINT["options_ignored"]),
         ("gamma", "init_values=0.1: pass init_values on to every EncoderBlock (LayerScale)")])
     _drop_path_rates(c, cls)
     strong_blocks(c, cls, g)
@@ -128,11 +116,10 @@ def _initial_values(c, cls):
     model = c.build(cls, **SMALL)
     token, pos = model.cls_token.detach(), model.pos_embed.detach()
     c.ok(bool(torch.all(token == 0)), "a new model's cls_token should be zeros, got values from "
-         f"{token.min().item():.3g} to {token.max().item():.3g}", VIT_CLS_RANDOM)
+         f"{token.min().item():.3g} to {token.max().item():.3g}", HINT["cls_random"])
     std = pos.std().item()
     c.ok(0.01 < std < 0.04 and abs(pos.mean().item()) < 0.01, "a new model's pos_embed should be small random "
-         f"numbers (std 0.02), got mean {pos.mean().item():.3g} and std {std:.3g}",
-         VIT_POS_STD)
+         f"numbers (std 0.02), got mean {pos.mean().item():.3g} and std {std:.3g}", HINT["pos_std1"])
 
 
 def _sincos(c, cls, pool):
@@ -145,8 +132,7 @@ def _sincos(c, cls, pool):
     pos = getattr(model, "pos_embed", None)
     if isinstance(pos, nn.Parameter):
         extra = f": {pos.numel():,} trainable parameters too many (+{pos.numel():,})" if pos.requires_grad else ""
-        c.fail(f"with pos_embed='sincos' the position table is an nn.Parameter{extra}",
-               VIT_PARAMETER)
+        c.fail(f"with pos_embed='sincos' the position table is an nn.Parameter{extra}", HINT["parameter"])
     c.ok("pos_embed" in dict(model.named_buffers()), f"with pos_embed='sincos', pos_embed should be a buffer, got "
          f"{describe(pos)}", "self.register_buffer('pos_embed', table): saved and moved with the model, never trained")
     k = reference.num_prefix_tokens
@@ -204,18 +190,14 @@ def strong_blocks(c, cls, g):
                 _twins(reference, config, ["output", "embed"], "forward", images), atol=1e-4)
     c.phase("eps")
     eps = getattr(getattr(model, "norm", None), "eps", 1e-6)
-    c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", VIT_TORCH_DEFAULT)
+    c.ok(eps == 1e-6, f"norm.eps is {eps:g}, the statement's is 1e-6", HINT["torch_default"])
     c.phase("blocks")
     n = reference.patch_embed.num_patches + 1
     dropout_wiring(c, model, reference, images, label, {
         (0.3, (2, 2, n, n)): "attn_drop=0.3 on the attention weights",
         (0.1, (2, n, 16)): "drop=0.1 after the attention's proj and the MLP's fc2",
         (0.1, (2, n, 32)): "drop=0.1 in the MLP after GELU"},
-        VIT_DROPS_SWAPPED)
-
-
-STEM_SKIPPED = "embed skips the stem: tokens = self.patch_embed(self.stem(images)) (the stem is nn.Identity() " \
-               "for a plain ViT)"
+        HINT["drops_swapped"])
 
 
 def hybrid(c, cls, g):
@@ -227,13 +209,13 @@ def hybrid(c, cls, g):
     embedding = getattr(model, "patch_embed", None)
     built = (tuple(getattr(embedding, "image_size", ())), getattr(embedding, "in_channels", None))
     c.ok(built == ((4, 4), 8), f"in {label} the stem turns 16x16x3 images into 4x4x8 maps, but patch_embed is "
-         f"built for images of size {built[0]} with {built[1]} channels", VIT_PE_IMAGE_SIZE)
+         f"built for images of size {built[0]} with {built[1]} channels", HINT["pe_image_size"])
     model = c.load(model, reference)
     images = torch.randn(2, 3, 16, 16, generator=g)
     c.phase("embed")
     with torch.no_grad():
         stem = getattr(model, "stem", nn.Identity())
-        got = call_naming(c, model.embed, images, cause=lambda: STEM_SKIPPED if works_on(
+        got = call_naming(c, model.embed, images, cause=lambda: HINT["no_stem"] if works_on(
             model.patch_embed, stem(images)) else None)
         c.close(got, reference.embed(images), "tokens from embed(images) of a hybrid ViT")
         c.phase("output")
@@ -461,18 +443,25 @@ def count_by_layers(image_size, patch_size, in_channels, num_classes, dim, depth
 
 
 SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("renamed", "names", VIT_RENAMED, vit_with("renamed")),
-    ("no_grid", "attributes", VIT_NO_GRID, vit_with("no_grid")),
-    ("no_embed", "embed", VIT_NO_EMBED, vit_with("no_embed")),
+    ("renamed", "names", "the patch embedding is `patch_embed` (a PatchEmbedding with a Linear `proj`)",
+     vit_with("renamed")),
+    ("no_grid", "attributes", "self.grid_size = self.patch_embed.grid_size", vit_with("no_grid")),
+    ("no_embed", "embed", "write embed(images) -> (b, n, D) as the exercise asks", vit_with("no_embed")),
     ("appended", "embed", VIT_APPENDED, vit_with("append")),
     ("no_norm", "output", "the final LayerNorm `norm` is not applied before the head", vit_with("nonorm")),
     ("first_block", "output", VIT_FIRST_BLOCK, vit_with("first_block")),
-    ("no_stem", "embed", STEM_SKIPPED, vit_with("no_stem")),
-    ("pe_image_size", "names", VIT_PE_IMAGE_SIZE, vit_with("pe_image_size")),
-    ("torch_default", "eps", VIT_TORCH_DEFAULT, vit_with("eps")),
-    ("drops_swapped", "blocks", VIT_DROPS_SWAPPED, vit_with("drops_swapped")),
-    ("cls_random", "initial", VIT_CLS_RANDOM, vit_with("cls_random")),
-    ("parameter", "sincos", VIT_PARAMETER, vit_with("sincos_param")),
+    ("no_stem", "embed", "embed skips the stem: tokens = self.patch_embed(self.stem(images)) (the stem is "
+     "nn.Identity() for a plain ViT)", vit_with("no_stem")),
+    ("pe_image_size", "names", "the patches are cut from the stem's output: PatchEmbedding(token_image, patch_size, "
+     "token_channels, dim), the given lines set both", vit_with("pe_image_size")),
+    ("torch_default", "eps", "norm = nn.LayerNorm(dim, eps=1e-6): PyTorch's default eps is 1e-5, ViT's (and timm's) "
+     "1e-6", vit_with("eps")),
+    ("drops_swapped", "blocks", "EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, "
+     "init_values): the arguments in the statement's order (or by name, drop=drop, attn_drop=attn_drop)",
+     vit_with("drops_swapped")),
+    ("cls_random", "initial", "nn.Parameter(torch.zeros(1, 1, dim))", vit_with("cls_random")),
+    ("parameter", "sincos", "the sin-cos table is fixed, not learned: store it with self.register_buffer('pos_embed', "
+     "table)", vit_with("sincos_param")),
     ("mean_all", "pool", "mean pooling averages the class token in with the patches: average the patch tokens "
      "only, x[:, num_prefix_tokens:] (pool_tokens(x, self.pool, self.num_prefix_tokens) does)", vit_with(mean="all")),
     ("same", "drop_path", VIT_SAME, vit_with("rates_same")),
@@ -486,12 +475,12 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("mean_head", "output", VIT_MEAN_HEAD, vit_with(cls="mean")),
     ("sincos_zero_last", "sincos", VIT_ZERO_ROW_FIRST, vit_with("sincos_zero_last")),
     ("sincos_zero_always", "sincos", VIT_NO_ZERO_ROW, vit_with("sincos_zero_always")),
-    ("options_ignored", "names", VIT_QKV_BIAS, vit_with("options_ignored")),
+    ("options_ignored", "names", "qkv_bias=False: pass qkv_bias on to every EncoderBlock", vit_with("options_ignored")),
     ("cls_always", "sincos", VIT_NO_ZERO_ROW, vit_with("cls_always")),
     ("rates_by_depth", "drop_path", "the rates rise to drop_path * (depth - 1) / depth only: divide by depth - 1, "
      "drop_path * i / max(depth - 1, 1), so the last block gets drop_path itself", vit_with("rates_depth")),
     ("no_max", "output", known("division by zero"), vit_with("no_max")),
-    ("pos_std1", "initial", VIT_POS_STD, vit_with("pos_std1")),
+    ("pos_std1", "initial", "nn.Parameter(torch.randn(1, n, dim) * 0.02)", vit_with("pos_std1")),
     ("last_block", "output", "only the last block is applied: run every block in turn, `for block in self.blocks: x = "
      "block(x)`", vit_with("last_block")),
     ("norm_first", "output", "the final norm is applied before the blocks: blocks first, then `self.norm`, then "
@@ -518,6 +507,7 @@ SLIPS = [Slip("ViT", name, rule, hint, impl) for name, rule, hint, impl in [
     ("rates_ignored", "drop_path", "drop_path seems ignored: give block i the rate drop_path * i / max(depth - 1, 1), "
      "EncoderBlock(..., drop_path=rate)", vit_with("rates_ignored")),
 ]]
+HINT = {s.name: s for s in SLIPS if s.exercise == "ViT"}  # the slips the ViT check names directly
 BLOCK_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")
 SLIPS += [Slip("count_parameters", name, "output", hint, count(*slips)) for name, hint, slips in [
     ("square_n", "N counts the patches of a square: N = (height / P) * (width / P)", ["square"]),
