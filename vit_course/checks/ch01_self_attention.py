@@ -367,8 +367,9 @@ SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl 
     ("v_weight_data", "gradient", CUT_AT, None),
     ("no_grad", "gradient", CUT_AT, None),
     ("in_place", "inputs", IN_PLACE, None),
-]] + [Slip("SelfAttention", f"roles_{roles}", "output", _roles(roles), _self_attention(roles=roles))
-      for roles in map("".join, itertools.product("qkv", repeat=3)) if roles != "qkv"]
+]] + [Slip("SelfAttention", {"qkk": "values_from_k", "qvk": "roles", "kqv": "qk_swapped"}.get(roles, f"roles_{roles}"),
+           "output", _roles(roles), _self_attention(roles=roles))
+      for roles in map("".join, itertools.product("qkv", repeat=3)) if roles != "qkv"]  # three keep their first names
 
 
 VARIANTS = [Variant(SDPA, "reference", ref.scaled_dot_product_attention), Variant(SDPA, "einsum", _sdpa_einsum),
