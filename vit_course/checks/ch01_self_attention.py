@@ -16,11 +16,10 @@ from .. import attention as ref
 from .core import DOUBLE, IN_PLACE, NAN, TUPLE, Slip, Variant, check
 from .gradients import CUT_AT, gradient_flow
 from .messages import known
-from .modules import WEIGHTS_MASK, check_attention_weights, only_biases
+from .modules import WEIGHTS_MASK, check_attention_weights, only_biases, twins
 from .probes import TorchCalls
 
 NO_SCALE = "this is the output without the 1/sqrt(d) scaling: divide the scores q k^T by sqrt(d), d = q's last size"
-BY_D = "the scores look divided by d instead of sqrt(d)"
 TIMES = "the scores look multiplied by sqrt(d): divide them by sqrt(d), d = q's last size"
 BY_DV = ("the scores are scaled with the wrong size (the values' width or a number of tokens): the scale is "
          "1/sqrt(d), d = q's last size")
@@ -30,11 +29,7 @@ INVERTED = "the mask looks inverted: True means 'may attend', so fill the scores
 IGNORED = "the mask seems to be ignored: set the scores where the mask is False to -inf before the softmax"
 ZEROED = "masked scores were set to 0 instead of -inf: exp(0) = 1 still gives them weight"
 AFTER = "the mask was applied after the softmax: mask the scores before it, so the rows still sum to 1"
-ADDED = ("the boolean mask was added to the scores (True counts as 1): fill the scores where the mask is False "
-         "with -inf instead")
 LOG = "these are log-probabilities (log_softmax): the weights are the softmax of the scores, each row summing to 1"
-SUM = ("the scores are divided by their sum: the weights are their softmax, exp(scores) normalised, "
-       "`scores.softmax(dim=-1)`")
 SCORES_OUT = "the output multiplies the scores by v: multiply the weights (after the softmax), `weights @ v`"
 QK_SWAPPED = "queries and keys look swapped: scores are q k^T, one row per query"
 NO_TRANSPOSE = ("your heads look reshaped without a transpose: `.view(b, h, n, d)` mixes tokens and heads; "
@@ -65,21 +60,11 @@ def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scal
     return (scores if out_from == "scores" else weights) @ v, weights
 
 
-def attention_hints(q, k, v, mask=None, which=0):
-    """(hint, thunk) pairs: the outputs (which=0) or weights (which=1) of the usual attention mistakes."""
-    d, root = q.shape[-1], math.sqrt(q.shape[-1])
-    variants = [(NO_SCALE, dict(scale=1.0)), (BY_D, dict(scale=1 / d)), (TIMES, dict(scale=root)),
-                (BY_DV, dict(scale=1 / math.sqrt(v.shape[-1]))), (BY_DV, dict(scale=1 / math.sqrt(k.shape[-2]))),
-                (BY_DV, dict(scale=1 / math.sqrt(q.shape[-2]))), (AFTER_SOFTMAX, dict(scale=1.0, late_scale=1 / root)),
-                (WRONG_AXIS, dict(axis=-2)), (LOG, dict(norm="log")), (SUM, dict(norm="sum")),
-                (SCORES_OUT, dict(out_from="scores"))]
-    if mask is not None:
-        variants += [(INVERTED, dict(mask_mode="inverted")), (IGNORED, dict(mask_mode="none")),
-                     (ZEROED, dict(mask_mode="zero")), (AFTER, dict(mask_mode="after")),
-                     (ADDED, dict(mask_mode="added"))]
-    hints = [(h, lambda kw=kw: attention(q, k, v, mask, **kw)[which]) for h, kw in variants]
-    hints.append((QK_SWAPPED, lambda: attention(k, q, v, None if mask is None else mask.transpose(-2, -1))[which]))
-    return hints
+def _named(which, *inputs):
+    """(slip, thunk) pairs for ``close``: the output (which=0) or the weights (which=1) that each slip of
+    scaled_dot_product_attention gives on the learner's input (k.T left out: it warns on batches)."""
+    return [(s, lambda s=s: s.impl(*inputs)[which]) for s in SLIPS
+            if s.exercise == SDPA and s.rule in ("output", "mask") and s.name != "k.T"]
 
 
 def random_mask(shape, generator, p=0.5):
@@ -140,11 +125,9 @@ def scaled_dot_product_attention(c, fn):
              "F.scaled_dot_product_attention", FUSED)
         c.phase("output" if mask_shape is None else "mask")
         got_out, got_weights = _pair(c, out)
-        swapped = (tuple(expected_weights.shape), WEIGHTS_FIRST)
-        c.tensor(got_weights, "weights", expected_weights.shape, torch.float32, [(expected_out.shape, WEIGHTS_FIRST)])
-        c.close(got_weights, expected_weights, "attention weights", attention_hints(q, k, v, mask, which=1))
+        c.close(got_weights, expected_weights, "attention weights", _named(1, q, k, v, mask))
         c.close(got_weights.sum(-1), torch.ones(expected_weights.shape[:-1]), "row sums of the weights")
-        c.close(got_out, expected_out, "output", attention_hints(q, k, v, mask), shape_hints=[swapped])
+        c.close(got_out, expected_out, "output", _named(0, q, k, v, mask))
         torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         c.close(got_out, torch_out, "output (against torch.nn.functional.scaled_dot_product_attention)")
         if mask_shape in (None, (5, 7)) and len(q_shape) == 3:  # gradients, without and with a mask
@@ -163,25 +146,12 @@ NAMES = "name the three layers q, k and v"
 WEIGHTS_REQUIRED = "attention_weights(x, mask=None) returning the (b, m, m) weights"
 
 
-def _roles(q, k, v, mask=None):
-    """(hint, thunk) pairs: the projections used in the wrong roles (also twice, one of them left out)."""
-    made = dict(q=q, k=k, v=v)
-    hints = []
-    for roles in itertools.product("qkv", repeat=3):
-        if roles == ("q", "k", "v"):
-            continue
-        wrong = [f"{what} from self.{used}" for what, used, right in zip(("queries", "keys", "values"), roles, "qkv",
-                                                                          strict=True) if used != right]
-        hint = QK_SWAPPED if roles == ("k", "q", "v") else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
-        hints.append((hint, lambda r=roles: attention(made[r[0]], made[r[1]], made[r[2]], mask)[0]))
-    return hints
-
-
 @check("SelfAttention")
 def SelfAttention(c, cls):
     """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, m, head_dim);
     attention_weights(x, mask=None) -> (b, m, m); gradients reach x and the three layers."""
     g = torch.Generator().manual_seed(2)
+    slips = [s for s in SLIPS if s.exercise == "SelfAttention" and s.rule != "inputs"]  # in_place would change x
     for dim, head_dim, batch, n in ((10, 6, 2, 7), (4, 9, 3, 1), (16, 8, 1, 5)):
         reference = ref.SelfAttention(dim, head_dim).eval()
         model = c.build(cls, dim, head_dim)
@@ -193,16 +163,14 @@ def SelfAttention(c, cls):
         with torch.no_grad():
             q, k, v = reference.q(x), reference.k(x), reference.v(x)
             expected, weights = ref.scaled_dot_product_attention(q, k, v)
-            c.close(c.call(model, x, label=label), expected, "output", attention_hints(q, k, v) + [
-                (BY_DIM, lambda: attention(q, k, v, scale=1 / math.sqrt(dim))[0]),
-                ("this is attention on x itself: project x with self.q, self.k and self.v first",
-                 lambda: attention(x, x, x)[0])] + _roles(q, k, v))
+            c.close(c.call(model, x, label=label), expected, "output", twins(slips, reference, (dim, head_dim), x)
+                    + _named(0, q, k, v))
             c.phase("mask")
             mask = random_mask((n, n), g)
             masked_out, masked_weights = ref.scaled_dot_product_attention(q, k, v, mask)
             got = c.call(model, x, mask=mask, label=label)
-            c.close(got, masked_out, "output with a mask", [(NOT_PASSED, lambda: expected)] + attention_hints(
-                q, k, v, mask) + _roles(q, k, v, mask))
+            c.close(got, masked_out, "output with a mask", twins(slips, reference, (dim, head_dim), x, mask)
+                    + _named(0, q, k, v, mask))
             c.phase("attention_weights")
             check_attention_weights(c, model, x, weights, label, mask, masked_weights,
                                     [((batch, n, head_dim), WEIGHTS_NOT_OUTPUT)], required=WEIGHTS_REQUIRED)
@@ -232,10 +200,10 @@ RULES = {
 
 # ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
 def _sdpa(swap=False, **knobs):
-    """scaled_dot_product_attention with the slip ``knobs`` of ``attention`` (a knob given as a function of q is
-    computed from it); ``swap``: q and k swapped."""
+    """scaled_dot_product_attention with the slip ``knobs`` of ``attention`` (a knob given as a function of q, k and
+    v is computed from them); ``swap``: q and k swapped."""
     def scaled_dot_product_attention(q, k, v, mask=None):
-        kw = {key: value(q) if callable(value) else value for key, value in knobs.items()}
+        kw = {key: value(q, k, v) if callable(value) else value for key, value in knobs.items()}
         return attention(*((k, q) if swap else (q, k)), v, mask, **kw)
     return scaled_dot_product_attention
 
@@ -251,25 +219,6 @@ def _sdpa_stub(q, k, v, mask=None):
 
 def _sdpa_half_only(q, k, v, mask=None):
     raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")  # torch's own, not the stub
-
-
-def _sdpa_kT(q, k, v, mask=None):
-    scores = q @ k.T / math.sqrt(q.shape[-1])  # fine for 2-D k, wrong for a batch
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
-
-
-def _sdpa_transpose_1_2(q, k, v, mask=None):
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])  # fine for a 3-D batch, not for 2-D or 4-D inputs
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
-
-
-def _sdpa_bmm(q, k, v, mask=None):
-    scores = torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # 3-D batches only
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
-
-
-def _sdpa_mask_always(q, k, v, mask=None):
-    return attention(q, k, v, ~~mask)
 
 
 def _sdpa_detached(q, k, v, mask=None):
@@ -298,10 +247,6 @@ def _sdpa_data(q, k, v, mask=None):
     return attention(q.data, k, v, mask)
 
 
-def _sdpa_fused(q, k, v, mask=None):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), attention(q, k, v, mask)[1]
-
-
 def _sdpa_einsum(q, k, v, mask=None):
     q = q / q.shape[-1] ** 0.5  # pre-scaled queries
     scores = torch.einsum("...id,...jd->...ij", q, k)
@@ -314,29 +259,38 @@ def _sdpa_einsum(q, k, v, mask=None):
 SDPA = "scaled_dot_product_attention"
 SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
     ("no_scale", "output", NO_SCALE, _sdpa(scale=1.0)),
-    ("by_d", "output", BY_D, _sdpa(scale=lambda q: 1 / q.shape[-1])),
-    ("times", "output", TIMES, _sdpa(scale=lambda q: math.sqrt(q.shape[-1]))),
-    ("by_tokens", "output", BY_DV, _sdpa(scale=lambda q: 1 / math.sqrt(q.shape[-2]))),
-    ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q: 1 / math.sqrt(q.shape[-1]))),
+    ("by_d", "output", "the scores look divided by d instead of sqrt(d)", _sdpa(scale=lambda q, k, v: 1 / q.shape[-1])),
+    ("times", "output", TIMES, _sdpa(scale=lambda q, k, v: math.sqrt(q.shape[-1]))),
+    ("by_dv", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1]))),
+    ("by_keys", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2]))),
+    ("by_tokens", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
+    ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]))),
     ("axis", "output", WRONG_AXIS, _sdpa(axis=-2)),
     ("log_softmax", "output", LOG, _sdpa(norm="log")),
+    ("sum", "output", "the scores are divided by their sum: the weights are their softmax, exp(scores) normalised, "
+     "`scores.softmax(dim=-1)`", _sdpa(norm="sum")),
+    ("scores_out", "output", SCORES_OUT, _sdpa(out_from="scores")),
     ("swapped", "output", PRODUCT, _sdpa(swap=True)),
     ("weights_first", "output", WEIGHTS_FIRST, lambda q, k, v, mask=None: attention(q, k, v, mask)[::-1]),
     ("out_only", "output", PAIR, lambda q, k, v, mask=None: attention(q, k, v, mask)[0]),
     ("double", "output", DOUBLE, lambda q, k, v, mask=None: tuple(t.double() for t in attention(q, k, v, mask))),
     ("nan", "output", NAN, lambda q, k, v, mask=None: tuple(t * float("nan") for t in attention(q, k, v, mask))),
-    ("k.T", "output", known(r"\.T\b"), _sdpa_kT),
-    ("transpose_1_2", "output", known("Dimension out of range"), _sdpa_transpose_1_2),
-    ("bmm", "output", known("must be a 3D tensor"), _sdpa_bmm),
+    ("k.T", "output", known(r"\.T\b"), _sdpa(scores=lambda q, k, v: q @ k.T)),  # fine for 2-D k, wrong for a batch
+    # fine for a 3-D batch, not for 2-D or 4-D inputs
+    ("transpose_1_2", "output", known("Dimension out of range"), _sdpa(scores=lambda q, k, v: q @ k.transpose(1, 2))),
+    ("bmm", "output", known("must be a 3D tensor"), _sdpa(scores=lambda q, k, v: torch.bmm(q, k.transpose(-2, -1)))),
     ("half_only", "output", known("not implemented for 'Half'"), _sdpa_half_only),
-    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"), _sdpa_mask_always),
-    ("fused", "plain", FUSED, _sdpa_fused),
+    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"),
+     lambda q, k, v, mask=None: attention(q, k, v, ~~mask)),
+    ("fused", "plain", FUSED, lambda q, k, v, mask=None: (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                                                          attention(q, k, v, mask)[1])),
     ("no_mask_argument", "mask", MASK_ARGUMENT, lambda q, k, v: attention(q, k, v)),
     ("inverted", "mask", INVERTED, _sdpa(mask_mode="inverted")),
     ("ignored", "mask", IGNORED, _sdpa(mask_mode="none")),
     ("zero", "mask", ZEROED, _sdpa(mask_mode="zero")),
     ("after", "mask", AFTER, _sdpa(mask_mode="after")),
-    ("added", "mask", ADDED, _sdpa(mask_mode="added")),
+    ("added", "mask", "the boolean mask was added to the scores (True counts as 1): fill the scores where the mask "
+     "is False with -inf instead", _sdpa(mask_mode="added")),
     ("detach", "gradient", CUT_AT, _sdpa_detached),
     ("no_grad", "gradient", CUT_AT, _sdpa_no_grad),
     ("numpy", "gradient", known("Can't call numpy() on Tensor that requires grad"), _sdpa_numpy),
@@ -347,50 +301,51 @@ SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
 
 
 class _SelfAttention(nn.Module):
-    """SelfAttention with one slip, ``slip`` (None: the statement's), and the ``attention`` knobs ``knobs``."""
+    """SelfAttention with one slip, ``slip`` (None: the statement's), the layers giving queries, keys and values
+    (``roles``), the function computing the attention (``attend``) and its knobs ``knobs`` (a knob given as a function
+    of x is computed from it)."""
 
-    slip, knobs = None, {}
+    slip, roles, attend, knobs = None, "qkv", staticmethod(attention), {}
 
     def __init__(self, dim, head_dim):
         super().__init__()
         self.q, self.k, self.v = (nn.Linear(dim, head_dim, bias=self.slip == "bias") for _ in range(3))
-        self.dim = dim
+        if self.slip == "missing":  # the former API, without attention_weights
+            self.attention_weights = None
 
     def _qkv(self, x):
-        q, k, v = self.q(x), self.k(x), self.v(x)
-        return {"values_from_k": (q, k, k), "roles": (q, v, k), "qk_swapped": (k, q, v), "q_detached": (
-            q.detach(), k, v), "v_weight_data": (q, k, F.linear(x, self.v.weight.data))}.get(self.slip, (q, k, v))
+        made = dict(q=self.q(x), k=self.k(x), v=self.v(x), x=x)  # x: attention on x itself, not projected
+        q, k, v = (made[role] for role in self.roles)
+        return {"q_detached": (q.detach(), k, v), "v_weight_data": (q, k, F.linear(x, self.v.weight.data))}.get(
+            self.slip, (q, k, v))
 
     def forward(self, x, mask=None):
         if self.slip == "in_place":
             x /= math.sqrt(x.shape[-1])
         q, k, v = self._qkv(x)
         mask = None if self.slip == "mask_dropped" else mask
-        if self.slip == "by_dim":
-            return attention(q, k, v, mask, scale=1 / math.sqrt(self.dim))[0]
         if self.slip == "no_grad":
             with torch.no_grad():
                 return attention(q, k, v, mask)[0]
-        return attention(q, k, v, mask) if self.slip == "pair" else attention(q, k, v, mask, **self.knobs)[0]
+        kw = {key: value(x) if callable(value) else value for key, value in self.knobs.items()}
+        return attention(q, k, v, mask) if self.slip == "pair" else self.attend(q, k, v, mask, **kw)[0]
 
     def attention_weights(self, x, mask=None):
         if self.slip == "output_returned":
             return self(x, mask)
-        return attention(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
+        return self.attend(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
 
 
-def _self_attention(slip=None, **knobs):
-    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "knobs": knobs})
+def _self_attention(slip=None, roles="qkv", attend=attention, **knobs):
+    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "roles": roles, "attend": staticmethod(attend),
+                                                     "knobs": knobs})
 
 
-class _SelfAttentionOldAPI(_SelfAttention):
-    """The former API (return_attention=True gives (out, weights)) without attention_weights."""
-
-    attention_weights = None
-
-    def forward(self, x, mask=None, return_attention=False):
-        out, weights = attention(self.q(x), self.k(x), self.v(x), mask)
-        return (out, weights) if return_attention else out
+def _roles(roles):
+    """The hint for the projections used in the wrong ``roles`` (the layers giving queries, keys and values)."""
+    wrong = [f"{what} from self.{used}" for what, used, right in zip(("queries", "keys", "values"), roles, "qkv",
+                                                                      strict=True) if used != right]
+    return QK_SWAPPED if roles == "kqv" else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
 
 
 SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl is None else impl)
@@ -400,33 +355,24 @@ SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl 
     ("axis", "output", WRONG_AXIS, _self_attention(axis=-2)),
     ("inverted", "mask", INVERTED, _self_attention(mask_mode="inverted")),
     ("bias", "names", NO_BIAS, None),
-    ("values_from_k", "output", f"{ROLES} (values from self.k): {ROLES_FIX}", None),
-    ("roles", "output", f"{ROLES} (keys from self.v, values from self.k): {ROLES_FIX}", None),
-    ("qk_swapped", "output", QK_SWAPPED, None),
-    ("by_dim", "output", BY_DIM, None),
+    ("by_dim", "output", BY_DIM, _self_attention(scale=lambda x: 1 / math.sqrt(x.shape[-1]))),
+    ("unprojected", "output", "this is attention on x itself: project x with self.q, self.k and self.v first",
+     _self_attention(roles="xxx")),
     ("pair", "output", TUPLE, None),
     ("mask_dropped", "mask", NOT_PASSED, None),
-    ("missing", "attention_weights", WEIGHTS_REQUIRED, _SelfAttentionOldAPI),
+    ("missing", "attention_weights", WEIGHTS_REQUIRED, None),
     ("output_returned", "attention_weights", WEIGHTS_NOT_OUTPUT, None),
     ("weights_no_mask", "attention_weights", WEIGHTS_MASK, None),
     ("q_detached", "gradient", CUT_AT, None),
     ("v_weight_data", "gradient", CUT_AT, None),
     ("no_grad", "gradient", CUT_AT, None),
     ("in_place", "inputs", IN_PLACE, None),
-]]
-
-
-class _SelfAttentionSDPA(_SelfAttention):
-    """The statement's API on the einsum attention."""
-
-    def forward(self, x, mask=None):
-        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[0]
-
-    def attention_weights(self, x, mask=None):
-        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[1]
+]] + [Slip("SelfAttention", {"qkk": "values_from_k", "qvk": "roles", "kqv": "qk_swapped"}.get(roles, f"roles_{roles}"),
+           "output", _roles(roles), _self_attention(roles=roles))
+      for roles in map("".join, itertools.product("qkv", repeat=3)) if roles != "qkv"]  # three keep their first names
 
 
 VARIANTS = [Variant(SDPA, "reference", ref.scaled_dot_product_attention), Variant(SDPA, "einsum", _sdpa_einsum),
             Variant(SDPA, "knobs", _sdpa()), Variant("SelfAttention", "reference", ref.SelfAttention),
-            Variant("SelfAttention", "sdpa", _SelfAttentionSDPA),
+            Variant("SelfAttention", "sdpa", _self_attention(attend=_sdpa_einsum)),  # the einsum attention
             Variant("SelfAttention", "knobs", _self_attention(None))]
