@@ -178,23 +178,11 @@ def SelfAttention(c, cls):
                       lambda t: reference(t["x"]), dict(x=x), model, reference)
 
 
-# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
-# and the words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "scaled_dot_product_attention": {
-        "output": "returning `(out, weights)`",
-        "plain": "Use plain tensor operations (`@`, `.transpose`, `.softmax`, `.masked_fill`), not PyTorch's fused "
-                 "function",
-        "mask": "True = may attend",
-        "gradient": "gradients flow back to `q`, `k` and `v`",
-    },
-    "SelfAttention": {
-        "names": "three bias-free linear layers named `q`, `k` and `v`",
-        "output": "returns the output `(b, m, head_dim)`",
-        "mask": "passing `mask` on to the attention",
-        "attention_weights": "`attention_weights(x, mask=None)` returns the weights `(b, m, m)`",
-        "gradient": "gradients flow back to `x` and to the weights of `q`, `k` and `v`",
-    },
+    "scaled_dot_product_attention": ("output", "plain", "mask", "gradient"),
+    "SelfAttention": ("names", "output", "mask", "attention_weights", "gradient"),
 }
 
 

@@ -279,27 +279,12 @@ def count_parameters(c, fn):
     c.tests = counted
 
 
-# each exercise's rules: the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule)
-# and the words that state it in the exercise's statement
+# each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
+# the statement (the exercise's markdown and stub docstring) is where their words are written
 RULES = {
-    "ViT": {
-        "names": "with exactly these names",
-        "attributes": "| `grid_size` | the patch grid, from `patch_embed` |",
-        "embed": "**`embed(images)`**",
-        "output": "**`forward(images)`**: `embed`, the blocks, the final norm, pooling (`pool_tokens`), the head",
-        "initial": "a zero-initialised `nn.Parameter`",
-        "sincos": "a buffer (not learned) holding `sincos_position_embedding(grid_size, dim)`",
-        "pool": "pooling (`pool_tokens`)",
-        "drop_path": "`drop_path * i / max(depth - 1, 1)`",
-        "eps": "`nn.LayerNorm(dim, eps=1e-6)`",
-        "blocks": "`EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values)`",
-        "gradient": "Gradients flow from the logits back to every parameter",
-    },
-    "count_parameters": {
-        "output": "returns the number of trainable parameters of `ViT(**config)` **by formula**",
-        "formula": "**by formula**, without building the model",
-        "int": "**Output:** an `int`",
-    },
+    "ViT": ("names", "attributes", "embed", "output", "initial", "sincos", "pool", "drop_path", "eps", "blocks",
+        "gradient"),
+    "count_parameters": ("output", "formula", "int"),
 }
 
 
