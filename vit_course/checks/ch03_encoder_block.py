@@ -225,7 +225,7 @@ def _drop_path_gradient(c, cls, module, p, g):
     finally:
         module.eval()
     same_gradient(c, "x", x.grad, weight * (out.detach() / x.detach()), cls)
-    c.tests += 1
+    c.passed()
     c.rule = before
 
 

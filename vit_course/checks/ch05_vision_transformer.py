@@ -233,7 +233,7 @@ OPTIONS = [dict(CONFIGS[2], **options) for options in (
     dict(init_values=0.1), dict(pool="mean", pos_embed="sincos"))]
 
 
-STEMS = [  # tried after the configurations above (their tests are not counted: the success line stays)
+STEMS = [  # a non-square image and hybrids, tried after the configurations above
     dict(image_size=(28, 20), patch_size=4, in_channels=3, num_classes=10, dim=32, depth=2, num_heads=2, mlp_ratio=2.0),
     dict(image_size=32, patch_size=2, in_channels=3, num_classes=10, dim=48, depth=2, num_heads=3, mlp_ratio=2.0,
          stem_channels=(16, 32)),
@@ -261,8 +261,6 @@ def count_parameters(c, fn):
     """count_parameters(**config) == the trainable parameters of ViT(**config), by formula (no model built), as an
     int."""
     for cfg in CONFIGS + OPTIONS + STEMS:
-        if cfg is STEMS[0]:
-            counted = c.tests
         expected = ref.count_parameters(**cfg)
         c.phase("output")
         with TorchCalls() as calls:
@@ -276,7 +274,6 @@ def count_parameters(c, fn):
         c.phase("int")
         c.ok(isinstance(raw, numbers.Integral), f"the count should be an int, got {type(raw).__name__} {raw!r}",
              VIT_FLOAT)
-    c.tests = counted
 
 
 # each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);

@@ -142,14 +142,14 @@ def _one_step(c, fn, mine, theirs, smoothing, step, g):
         shown = f"label_smoothing={smoothing}" + (", bfloat16 logits" if learner.dtype != torch.float32 else "")
         c.fail(f"step {step} ({shown}) returned loss {got:.6g}, expected {expected:.6g}", c.diagnose(
             c.slips("loss", "float32"), lambda loss: math.isclose(loss, got, rel_tol=1e-5, abs_tol=1e-7), replay))
-    c.tests += 1
+    c.passed()
     c.phase("step")
     if torch.equal(before[0].fc.weight, learner.fc.weight):
         c.fail(f"after step {step} the weights have not changed", NO_STEP)
     if not torch.allclose(learner.fc.weight, twin.fc.weight, atol=1e-5, rtol=1e-4):
         c.fail(f"after step {step} the weights differ from one correct SGD step",
                ACCUMULATE if step > 0 else "one zero_grad, one backward and one step per call")
-    c.tests += 1
+    c.passed()
     learner.calls.clear()
 
 
@@ -256,7 +256,7 @@ def _evaluate_values(c, model, batches, sizes, result):
             c.fail(f"{what} {got:.6g} over batches of sizes {sizes}, expected {expected[i]:.6g}", c.diagnose(
                 slips, lambda out, i=i, got=got: math.isclose(out[i], got, rel_tol=1e-5, abs_tol=1e-9),
                 lambda impl: impl(copy.deepcopy(model), batches)))
-        c.tests += 1
+        c.passed()
 
 
 def _evaluate_call(c, fn, model, batches, one_pass):
@@ -370,7 +370,7 @@ def warmup_cosine(c, fn):
                        f"{got:.6g}, expected {expected:.6g}", c.diagnose(
                            slips, lambda rate: math.isclose(rate, got, rel_tol=1e-6, abs_tol=1e-12),
                            lambda impl: impl(*args, **kwargs)))
-            c.tests += 1
+            c.passed()
 
 
 def _schedule_variant(step, total_steps, warmup_steps, base_lr, min_lr=0.0):

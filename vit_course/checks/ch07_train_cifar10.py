@@ -184,7 +184,7 @@ def random_crop_flip(c, fn):
                 _match(out, images, padding, s.impl.knob)[:, 0] >= 0)[lost].all()), None)
             c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
                    f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})", hint)
-        c.tests += 1
+        c.passed()
         c.phase("loop")
         c.ok(calls.count < b // 4, f"your code called torch {calls.count} times for {b} images", HINT["per_sample"])
         _randomness(c, found, b, padding, flip)

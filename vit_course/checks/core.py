@@ -79,20 +79,14 @@ def is_stub(error):
 
 
 class Checker:
-    """The state of one check run: its name, the tests passed so far, the call being tested and the rule of the
-    exercise being tested (``phase``), which a failure carries as ``CheckFailed.rule``."""
+    """The state of one check run: its name, the call being tested, the rule of the exercise being tested
+    (``phase``), which a failure carries as ``CheckFailed.rule``, and the rules a test has passed for."""
 
     def __init__(self, name):
-        self.name, self.tried, self.rule, self.rules_seen, self._tests = name, None, "output", set(), 0
+        self.name, self.tried, self.rule, self.rules_seen = name, None, "output", set()
 
-    @property
-    def tests(self):
-        """How many tests passed; each one counts for the rule being tested (``rules_seen``)."""
-        return self._tests
-
-    @tests.setter
-    def tests(self, count):
-        self._tests = count
+    def passed(self):
+        """A test of the rule being tested passed (``rules_seen``: the checks' own tests read them)."""
         self.rules_seen.add(self.rule)
 
     def phase(self, rule):
@@ -119,7 +113,7 @@ class Checker:
         """One property test: fail with ``message`` (and ``hint``) unless ``condition``."""
         if not condition:
             self.fail(message, hint)
-        self.tests += 1
+        self.passed()
 
     def _try(self, fn, args, kwargs, label):
         name = label or getattr(fn, "__name__", type(fn).__name__)
@@ -214,7 +208,7 @@ class Checker:
         got = self.tensor(got, what, expected.shape, expected.dtype, shape_hints)
         got = got.detach().to(expected.device)
         if torch.allclose(got, expected, atol=atol, rtol=rtol):
-            self.tests += 1
+            self.passed()
             return
         hint = None
         for text, wrong in hints:
@@ -299,7 +293,7 @@ class Checker:
                 continue
             self.fail(f"parameter `{key}` has shape {shape}, expected {tuple(value.shape)}")
         module.load_state_dict(state)
-        self.tests += 1
+        self.passed()
         self.rule = before
         return module
 

@@ -170,5 +170,5 @@ def gradient_flow(c, learner, run, reference_run, inputs, model=None, reference=
         _reaches(c, name, got, expected, hint)
     for name, got, expected in pairs:
         _compare(c, name, got, expected, hint)
-    c.tests += 1
+    c.passed()
     c.rule = before

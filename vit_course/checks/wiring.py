@@ -89,7 +89,7 @@ def dropout_wiring(c, model, reference, x, label, places, hint):
     if not torch.allclose(got, expected, atol=1e-4, rtol=1e-4):
         c.fail("in training mode your dropouts have the right probabilities but sit in other places than the "
                "statement's (output compared with every dropout made deterministic)", hint)
-    c.tests += 1
+    c.passed()
 
 
 def _listed(calls, places):
