@@ -184,7 +184,7 @@ def gpu_check(results=BENCHMARKS):
     data = record["data"]
     where = (f"{record['device']}, PyTorch {record['torch']}, {format_seconds(record['seconds'])} in all"
              f"{' (smoke run)' if record['smoke'] else ''}; CIFAR-10: {data['cifar10']}"
-             + (f" ({data['note']})" if data.get("note") else ""))
+             + (f" ({data['note']})" if data.get("note") and data["note"] not in record.get("command", "") else ""))
     missing = sorted(set(GPU_STEPS) - {(s["kind"], s["name"]) for s in record["steps"]})
     if missing:
         where += "; a partial run, without " + ", ".join(f"{kind} {name}" for kind, name in missing)
