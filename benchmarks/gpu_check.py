@@ -143,7 +143,7 @@ def precision_steps(label, device, steps=20):
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
         if not all(math.isfinite(loss) for loss in losses) or last >= first:
             raise RuntimeError(f"the loss did not fall: first five steps {first:.3f}, last five {last:.3f}")
-        return {"loss": [round(first, 4), round(last, 4)], "dtype": str(dtype).removeprefix("torch."),
+        return {"loss": [round(first, 6), round(last, 6)], "dtype": str(dtype).removeprefix("torch."),
                 **({"loss_scale": scaler.get_scale()} if scaler is not None else {})}
     return work
 

@@ -203,7 +203,7 @@ def _gpu_result(step):
                 f"epochs ({step['precision']})" + (": cut by the check's time budget" if step["shortened"] else ""))
     if step["kind"] == "precision":
         scale = f", loss scale {step['loss_scale']:.0f}" if "loss_scale" in step else ""
-        return f"loss {step['loss'][0]} -> {step['loss'][1]} over 20 steps ({step['dtype']}{scale})"
+        return f"loss {step['loss'][0]:.4f} -> {step['loss'][1]:.4f} over 20 steps ({step['dtype']}{scale})"
     return step.get("pytest") or "ran top to bottom, on the GPU"
 
 
