@@ -377,12 +377,8 @@ class LayerNormF(ref.LayerNorm):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
 
-class DropPathTimm(nn.Module):
-    def __init__(self, p=0.0):
-        super().__init__()
-        if not 0 <= p < 1:
-            raise ValueError(f"p={p} is not in [0, 1)")
-        self.p = p
+class DropPathTimm(ref.DropPath):
+    """The statement's constructor, timm's forward (a floored uniform draw as the mask)."""
 
     def forward(self, x):
         if self.p == 0.0 or not self.training:
@@ -476,9 +472,6 @@ class _DropPath(DropPathTimm):
         if self.slip == "drop_prob":  # p kept as `drop_prob`: the given extra_repr, which reads self.p, raises
             self.drop_prob = p
             del self.p
-
-    def extra_repr(self):  # the statement's
-        return f"p={self.p}"
 
     def forward(self, x):
         slip, p = self.slip, self.drop_prob if self.slip == "drop_prob" else self.p

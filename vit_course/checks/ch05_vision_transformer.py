@@ -242,10 +242,10 @@ STEMS = [  # a non-square image and hybrids, tried after the configurations abov
 ]
 
 
-def _hint(cfg, expected, got):
+def _hint(c, cfg, expected, got):
     """The likely cause of a wrong count: the catalogue's counting slips that give the learner's count on cfg (all of
     them when several leave out that many), else those that leave out exactly the learner's excess."""
-    counts = [(s, s.impl(**cfg)) for s in SLIPS if s.exercise == "count_parameters" and s.rule == "output"]
+    counts = [(s, s.impl(**cfg)) for s in c.slips("output")]
     short = [s for s, n in counts if n == got]
     extra = [s.hint for s, n in counts if n < expected and got - expected == expected - n]
     if short:  # several slips can leave out the same number (D, 2D): name them all rather than guess one
@@ -267,7 +267,7 @@ def count_parameters(c, fn):
             raw = c.call(fn, **cfg)
         got = c.number(raw, "the count")
         c.ok(got == expected, f"counted {got:,.0f} parameters, expected {expected:,} ({expected - got:+,.0f})",
-             _hint(cfg, expected, got))
+             _hint(c, cfg, expected, got))
         if cfg is CONFIGS[0]:
             c.phase("formula")
             c.ok(calls.count == 0, f"your count called torch {calls.count} times for ViT-B/16", VIT_BUILT)
