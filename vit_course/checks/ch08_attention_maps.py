@@ -3,6 +3,7 @@
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .. import interpret as ref
 from .core import IN_PLACE, Slip, Variant, check
@@ -10,6 +11,11 @@ from .probes import call_naming, works_on
 
 MAPS_KEEP_CLASS_TOKEN = ("the class token's row and column are kept: slice the weights to the patches, attention[:, "
                          ":, k:, k:], with k = num_prefix(n, grid_size)")
+MAPS_PREFIX_TWICE = ("the class token's row and column were dropped twice (the weights sliced with [k:, k:], then "
+                     "sliced again): slice attention[:, :, k:, k:] once")
+MAPS_FIXED_PREFIX = ("the number of prefix tokens dropped is fixed in your code (e.g. `[1:, 1:]`), not read from the "
+                     "weights: without a class token (n = gh * gw) there is none; slice attention[:, :, k:, k:] with "
+                     "k = num_prefix(n, grid_size), 0 or 1")
 MAPS_PER_IMAGE = "average over the batch too: the result is (h,)"
 MAPS_NO_VALIDATION = "call the given check_attention(attention) and num_prefix(n, grid_size) first"
 MAPS_NO_MEAN = "average over the heads: the rollout is (b, n, n)"
@@ -17,6 +23,53 @@ MAPS_KEEP_DTYPE = "convert each layer with .float() first: products of many laye
 MAPS_NO_EMPTY_CHECK = ("validate the input: an empty list, weights that are not (b, h, n, n) (call "
                        'check_attention(attention, f"attentions[{i}]")) and layers of different n each raise a '
                        "ValueError")
+
+
+class _SquareSizes(TorchFunctionMode):
+    """Inside it, keeps the sizes m of the square (..., m, m) tensors that torch functions and tensor methods return:
+    the token rows learner code kept, in the matrices it built."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if torch.is_tensor(out) and out.ndim >= 2 and out.shape[-1] == out.shape[-2]:
+            self.sizes.add(out.shape[-1])
+        return out
+
+
+def square_sizes(fn, *args):
+    """The sizes m of the square (..., m, m) tensors ``fn(*args)`` builds before it returns or raises (chapter 08's
+    checks: how many of the n tokens learner code kept when it dropped the prefix tokens)."""
+    squares = _SquareSizes()
+    try:
+        with squares:
+            fn(*args)
+    except Exception:
+        pass
+    return squares.sizes
+
+
+def _prefix_cause(fn, attention, grid_arg, patch, prefix):
+    """Why learner code raised on weights whose first ``prefix`` tokens precede the patches': the prefix dropped
+    twice, a fixed number of tokens dropped, or the prefix kept; or None."""
+    n_patches = attention.shape[-1] - prefix
+    sizes = square_sizes(fn, attention, grid_arg, patch)  # the patch weights it kept are (b, h, m, m)
+    if prefix and n_patches - prefix in sizes:
+        return MAPS_PREFIX_TWICE
+    if not prefix and (n_patches - 1 in sizes or works_on(fn, _with_class_token(attention), grid_arg, patch)):
+        return MAPS_FIXED_PREFIX  # it drops a token the weights do not have (it runs once one is put in front)
+    if prefix and works_on(fn, attention[:, :, prefix:, prefix:], grid_arg, patch):
+        return MAPS_KEEP_CLASS_TOKEN  # it runs once the class token is gone
+    return None
+
+
+def _with_class_token(attention):
+    """(b, h, n, n) weights with a class token put first, rows still summing to 1: (b, h, n + 1, n + 1)."""
+    padded = torch.nn.functional.pad(attention, (1, 0, 1, 0), value=1.0)  # (b, h, n + 1, n + 1)
+    return padded / padded.sum(-1, keepdim=True)
 
 
 def _attention(g, b, h, n):
@@ -54,8 +107,8 @@ def mean_attention_distance(c, fn):
         n = grid[0] * grid[1] + prefix
         attention = _attention(g, b, h, n)
         grid_arg = grid[0] if grid[0] == grid[1] else grid
-        got = call_naming(c, fn, attention, grid_arg, patch, cause=lambda: prefix and works_on(
-            fn, attention[:, :, prefix:, prefix:], grid_arg, patch) and MAPS_KEEP_CLASS_TOKEN or None)
+        got = call_naming(c, fn, attention, grid_arg, patch,
+                          cause=lambda: _prefix_cause(fn, attention, grid_arg, patch, prefix))
         c.close(got, ref.mean_attention_distance(attention, grid_arg, patch), f"mean attention distance of "
                 f"{b}x{h}x{n}x{n} weights on a {grid[0]}x{grid[1]} grid of {patch}-pixel patches",
                 c.named(c.slips("output"), attention, grid_arg, patch),
@@ -121,6 +174,39 @@ def distance_by_loops(attention, grid_size, patch_size):
     return total / n
 
 
+def mean_attention_distance_fixed_prefix(attention, grid_size, patch_size):
+    """The class token dropped with [1:, 1:] whatever the weights hold: weights without one lose patch 0."""
+    ref.check_attention(attention)
+    ref.num_prefix(attention.shape[-1], grid_size)  # the weights must hold the grid; its k is not used
+    a = attention[:, :, 1:, 1:].float()  # (b, h, n - 1, n - 1)
+    a = a / a.sum(dim=-1, keepdim=True)
+    centres = ref.patch_centres(grid_size, patch_size)  # (N, 2)
+    return (a * torch.cdist(centres, centres)).sum(dim=-1).mean(dim=(0, 2))  # (h,)
+
+
+def mean_attention_distance_prefix_dropped_twice(attention, grid_size, patch_size):
+    """The prefix sliced off the weights, then off the patch weights again."""
+    ref.check_attention(attention)
+    k = ref.num_prefix(attention.shape[-1], grid_size)
+    patches = attention[:, :, k:, k:].float()  # (b, h, N, N)
+    a = patches[:, :, k:, k:]  # (b, h, N - k, N - k): sliced again
+    a = a / a.sum(dim=-1, keepdim=True)
+    centres = ref.patch_centres(grid_size, patch_size)  # (N, 2)
+    return (a * torch.cdist(centres, centres)).sum(dim=-1).mean(dim=(0, 2))  # (h,)
+
+
+def mean_attention_distance_prefix_last(attention, grid_size, patch_size):
+    """The prefix tokens taken as the last k rows and columns, where they are the first."""
+    ref.check_attention(attention)
+    n = attention.shape[-1]
+    k = ref.num_prefix(n, grid_size)
+    a = attention[:, :, :n - k, :n - k].float()  # (b, h, N, N): the class token's column kept, patch N-1's dropped
+    a = a / a.sum(dim=-1, keepdim=True)  # (b, h, N, N)
+    centres = ref.patch_centres(grid_size, patch_size)  # (N, 2)
+    distance = torch.cdist(centres, centres)  # (N, N)
+    return (a * distance).sum(dim=-1).mean(dim=(0, 2))  # (h,)
+
+
 SLIPS = [Slip("mean_attention_distance", name, rule, hint, distance(name)) for name, rule, hint in [
     ("patches", "output", "the distance is in patches, not pixels: multiply the patch-centre coordinates by "
      "patch_size"),
@@ -145,7 +231,12 @@ SLIPS = [Slip("mean_attention_distance", name, rule, hint, distance(name)) for n
     ("no_validation", "error", MAPS_NO_VALIDATION),
     ("in_place", "inputs", IN_PLACE),
     ("no_grid_check", "error", MAPS_NO_VALIDATION),
-]]
+]] + [Slip("mean_attention_distance", impl.__name__.removeprefix("mean_attention_distance_"), "output", hint, impl)
+      for impl, hint in [
+          (mean_attention_distance_prefix_last, "the prefix (class) token was taken as the last row and column: it "
+           "comes first, so the patches are attention[:, :, k:, k:]"),
+          (mean_attention_distance_fixed_prefix, MAPS_FIXED_PREFIX),
+          (mean_attention_distance_prefix_dropped_twice, MAPS_PREFIX_TWICE)]]
 
 VARIANTS = [Variant("mean_attention_distance", name, impl) for name, impl in [
     ("reference_mean_attention_distance", ref.mean_attention_distance),
