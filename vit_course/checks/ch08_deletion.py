@@ -5,6 +5,7 @@
 import math
 
 import torch
+from einops import rearrange
 
 from .. import faithfulness as ref
 from .. import patches
@@ -24,7 +25,8 @@ def delete_patches(c, fn):
     round(fraction * N) highest-ranked patches of each image set to zero; the input unchanged."""
     g = torch.Generator().manual_seed(31)
     for b, size, p, fraction in ((3, (8, 12), 4, 0.5), (2, (8, 8), 2, 0.3), (4, (12, 8), 4, 0.25), (2, (8, 8), 4, 1.0),
-                                 (2, (8, 8), 2, 0.2), (2, (8, 8), 4, 0.0)):  # 0.3 and 0.2 of 16: 4.8 and 3.2
+                                 (2, (8, 8), 2, 0.2), (2, (8, 8), 4, 0.0), (3, (8, 8), 4, 0.625)):
+        # 0.3 and 0.2 of 16: 4.8 and 3.2; 0.625 of 4: 2.5, which round() takes to the even 2
         images = torch.randn(b, 3, *size, generator=g) + 3.0  # no pixel is 0 by chance
         n = (size[0] // p) * (size[1] // p)
         ranking = torch.randn(b, n, generator=g)
@@ -32,7 +34,8 @@ def delete_patches(c, fn):
         c.ok(got is not images, "your function returned `images` itself", DELETE_SAME_TENSOR)
         expected = ref.delete_patches(images, ranking, fraction, p)
         # the record's slips, then a fill of any value (the "fill" slip fills with -1 only)
-        c.close(got, expected, f"images after deleting {fraction:.0%} of {n} patches of {p}x{p} in {size}", c.named(
+        c.close(got, expected, f"images after deleting round({fraction:g} * {n}) = {round(fraction * n)} of {n} "
+                f"patches of {p}x{p} in {size}", c.named(
             c.slips("output"), images, ranking, fraction, p)
             + [(DELETE_FILL, lambda: torch.where(expected == 0, got[expected == 0].flatten()[0], images))],
             shape_hints=[((b, n), "return the images with the patches deleted, not the mask")])
@@ -95,7 +98,37 @@ def deleting_with_patchify(images, ranking, fraction, patch_size):
     return patches.unpatchify(rows, patch_size, tuple(images.shape[-2:]))
 
 
-SLIPS = [Slip("delete_patches", name, rule, hint, deleting(name)) for name, rule, hint in [
+def delete_patches_tiled_mask(images, ranking, fraction, patch_size):
+    """The (gh, gw) mask blown up with `repeat` (which tiles the whole grid) where `repeat_interleave` is needed."""
+    gh, gw = patches.patch_grid(images.shape[-2:], patch_size)
+    if ranking.shape != (images.shape[0], gh * gw):
+        raise ValueError(f"ranking must be {(images.shape[0], gh * gw)}, got {tuple(ranking.shape)}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    keep = torch.ones(ranking.shape, dtype=images.dtype)  # (b, N)
+    keep.scatter_(1, ranking.topk(round(fraction * gh * gw), dim=1).indices, 0.0)
+    mask = rearrange(keep, "b (h w) -> b 1 h w", h=gh).repeat(1, 1, patch_size, patch_size)  # (b, 1, H, W), tiled
+    return images * mask  # (b, C, H, W)
+
+
+def delete_patches_round_half_up(images, ranking, fraction, patch_size):
+    """The count rounded half up, int(x + 0.5), where round() takes a half to the even neighbour (round(2.5) == 2)."""
+    gh, gw = patches.patch_grid(images.shape[-2:], patch_size)
+    if ranking.shape != (images.shape[0], gh * gw):
+        raise ValueError(f"ranking must be {(images.shape[0], gh * gw)}, got {tuple(ranking.shape)}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    keep = torch.ones(ranking.shape, dtype=images.dtype)  # (b, N)
+    keep.scatter_(1, ranking.topk(int(fraction * gh * gw + 0.5), dim=1).indices, 0.0)
+    mask = rearrange(keep, "b (h w) -> b 1 h w", h=gh).repeat_interleave(patch_size, -2)  # (b, 1, H, gw)
+    return images * mask.repeat_interleave(patch_size, -1)  # (b, C, H, W)
+
+
+SLIPS = [  # first: on 2.5 math.ceil deletes 3 as well, but a ceil fails on 3.2 before, a half up only on .5
+    Slip("delete_patches", "round_half_up", "output", "round(fraction * N) patches are deleted, and Python's round "
+         "takes a half to the even neighbour (round(2.5) == 2, round(3.5) == 4); int(x + 0.5) or math.floor(x + 0.5) "
+         "rounds it up: call round() itself", delete_patches_round_half_up),
+] + [Slip("delete_patches", name, rule, hint, deleting(name)) for name, rule, hint in [
     ("lowest", "output", "you deleted the patches ranked lowest: delete the highest-ranked ones (topk, largest=True)"),
     ("column_order", "output", "the patch numbers were read column by column: patches are numbered row by row from "
      "the top-left, as patchify numbers them ('b (h w)')"),
@@ -121,7 +154,12 @@ SLIPS = [Slip("delete_patches", name, rule, hint, deleting(name)) for name, rule
     ("no_ranking_check", "error", DELETE_NO_RANKING_CHECK),
     ("no_fraction_check", "error", DELETE_NO_FRACTION_CHECK),
 ]] + [Slip("delete_patches", "unchanged", "output", DELETE_PERCENT, lambda images, ranking, fraction, patch_size:
-           images.clone())]
+           images.clone())] + [
+    Slip("delete_patches", "tiled_mask", "output", "the mask was tiled: `repeat` (torch's, or einops' "
+         "'h w -> (p h) (q w)') copies the whole (gh, gw) grid P times side by side; blow each cell up to a P x P "
+         "square, `repeat_interleave(P, dim)` on both axes (or einops 'h w -> (h p) (w q)')",
+         delete_patches_tiled_mask),
+]
 
 VARIANTS = [Variant("delete_patches", name, impl) for name, impl in [
     ("reference_delete_patches", ref.delete_patches),
