@@ -43,7 +43,7 @@ class SelfAttention(nn.Module):
     """One attention head: queries, keys and values all come from the same tokens.
 
     Args:
-        dim: width of the input tokens (n in the chapter's X of shape m x n)
+        dim: width D of the input tokens (the chapter's X is n x D)
         head_dim: width d of the queries, keys and values
     forward(x (b, n, dim), mask=None) -> (b, n, head_dim); ``attention_weights`` gives the (b, n, n) weights.
     """

@@ -1,6 +1,7 @@
-"""Chapter 01's exercises: scaled_dot_product_attention and SelfAttention, their checks, rules and
-the usual attention slips (their hints and attention computed with each, so a check can name the slip whose output
-the learner's matches; chapters 02-03 reuse them)."""
+"""Chapter 01's exercises: scaled_dot_product_attention and SelfAttention, their checks, rules and catalogue of
+slips, each a wrong solution written out whole and named after its mistake (a check names the slip whose output the
+learner's matches). Chapter 02 reuses the hints, ``attention`` (the reference with the knobs its own slips turn) and
+``random_mask``; chapter 03 ``random_mask``."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
@@ -40,8 +41,9 @@ INTERLEAVED = ("your heads take every h-th feature: head i should own the i-th c
 
 def attention(q, k, v, mask=None, scale=None, axis=-1, mask_mode="ok", late_scale=None, norm="softmax",
               out_from="weights", scores=None):
-    """Reference attention with the knobs learners get wrong (diagnoses and slips): (out, weights). ``scores``:
-    scores computed elsewhere (then ``scale`` scales them); norm="scores": the weights are the masked scores."""
+    """Reference attention with the knobs learners get wrong, for chapter 02's MultiHeadAttention slips (this
+    chapter's slips are written out whole below): (out, weights). ``scores``: scores computed elsewhere (then
+    ``scale`` scales them); norm="scores": the weights are the masked scores."""
     scores = (q @ k.transpose(-2, -1) if scores is None else scores) * (
         1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if mask is not None and mask_mode == "ok":
@@ -84,7 +86,7 @@ SDPA_CASES = [  # (q shape, k shape, v shape, mask shape or None)
     ((2, 3, 4, 8), (2, 3, 9, 8), (2, 3, 9, 5), (2, 1, 4, 9)),
 ]
 NOT_PASSED = "the mask seems not to reach the attention: pass it on, scaled_dot_product_attention(q, k, v, mask)"
-PRODUCT = ("the scores are q times the keys with their last two axes swapped, (..., m_q, d) @ (..., d, m_k): "
+PRODUCT = ("the scores are q times the keys with their last two axes swapped, (..., n_q, d) @ (..., d, n_k): "
            "`q @ k.transpose(-2, -1)`")
 MASK_ARGUMENT = "the mask is optional: give the function the statement's signature, (q, k, v, mask=None)"
 ERRORS = (("cannot be multiplied", PRODUCT), ("must match the size of tensor", PRODUCT),
@@ -141,15 +143,15 @@ ROLES, ROLES_FIX = ("the layers play the wrong roles", "queries come from self.q
                      "self.v(x)")
 NO_BIAS = "the q, k and v layers have no bias: nn.Linear(dim, head_dim, bias=False)"
 BY_DIM = "the scores are scaled by 1/sqrt(dim): use the width of the queries, 1/sqrt(head_dim)"
-WEIGHTS_NOT_OUTPUT = "this is the output: return the (b, m, m) weights"
+WEIGHTS_NOT_OUTPUT = "this is the output: return the (b, n, n) weights"
 NAMES = "name the three layers q, k and v"
-WEIGHTS_REQUIRED = "attention_weights(x, mask=None) returning the (b, m, m) weights"
+WEIGHTS_REQUIRED = "attention_weights(x, mask=None) returning the (b, n, n) weights"
 
 
 @check("SelfAttention")
 def SelfAttention(c, cls):
-    """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, m, head_dim);
-    attention_weights(x, mask=None) -> (b, m, m); gradients reach x and the three layers."""
+    """SelfAttention(dim, head_dim): bias-free Linear layers q, k, v; forward(x, mask=None) -> (b, n, head_dim);
+    attention_weights(x, mask=None) -> (b, n, n); gradients reach x and the three layers."""
     g = torch.Generator().manual_seed(2)
     slips = [s for s in SLIPS if s.exercise == "SelfAttention" and s.rule != "inputs"]  # in_place would change x
     for dim, head_dim, batch, n in ((10, 6, 2, 7), (4, 9, 3, 1), (16, 8, 1, 5)):
@@ -186,147 +188,479 @@ RULES = {
 }
 
 
-# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
-def _sdpa(swap=False, **knobs):
-    """scaled_dot_product_attention with the slip ``knobs`` of ``attention`` (a knob given as a function of q, k and
-    v is computed from them); ``swap``: q and k swapped."""
-    def scaled_dot_product_attention(q, k, v, mask=None):
-        kw = {key: value(q, k, v) if callable(value) else value for key, value in knobs.items()}
-        return attention(*((k, q) if swap else (q, k)), v, mask, **kw)
-    return scaled_dot_product_attention
+# ---- the catalogue: each slip once, written out whole as the learner would write it (named after the mistake),
+# with the rule it breaks and the hint it earns; then the accepted variants.
+
+# scaled_dot_product_attention: the scale
+def sdpa_no_scale(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)  # no 1/sqrt(d)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 
 
-def _sdpa_in_place(q, k, v, mask=None):
-    q /= math.sqrt(q.shape[-1])
-    return attention(q, k, v, mask, scale=1.0)
+def sdpa_divided_by_d(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1]  # d, not sqrt(d)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 
 
-def _sdpa_stub(q, k, v, mask=None):
-    raise NotImplementedError("scaled_dot_product_attention")
+def sdpa_times_sqrt_d(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 
 
-def _sdpa_half_only(q, k, v, mask=None):
+def sdpa_scaled_by_value_width(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])  # d_v, not q's d
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_scaled_by_key_count(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2])  # n_k, not d
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_scaled_by_query_count(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-2])  # n_q, not d
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_scaled_after_softmax(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1) / math.sqrt(q.shape[-1])  # the weights scaled, not the scores
+    return weights @ v, weights
+
+
+def sdpa_scaled_queries_in_place(q, k, v, mask=None):
+    q /= math.sqrt(q.shape[-1])  # changes the caller's q
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+# the softmax and the product with v
+def sdpa_softmax_over_queries(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-2)  # columns sum to 1, not rows
+    return weights @ v, weights
+
+
+def sdpa_log_softmax(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.log_softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_divided_by_sum(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores / scores.sum(dim=-1, keepdim=True)  # no exp
+    return weights @ v, weights
+
+
+def sdpa_scores_times_v(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return scores @ v, weights  # the scores, not the weights
+
+
+def sdpa_keys_times_queries(q, k, v, mask=None):
+    scores = k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])  # one row per key
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_k_dot_T(q, k, v, mask=None):
+    scores = q @ k.T / math.sqrt(q.shape[-1])  # .T reverses every axis of a batch
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_transpose_1_2(q, k, v, mask=None):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])  # right for (b, n, d) only
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_bmm(q, k, v, mask=None):
+    scores = torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # 3-D inputs only
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+# what it returns
+def sdpa_weights_first(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights, weights @ v
+
+
+def sdpa_output_only(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
+def sdpa_float64(q, k, v, mask=None):
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v.double(), weights
+
+
+def sdpa_divided_by_zero(q, k, v, mask=None):
+    d = torch.tensor(q.shape[-1] - k.shape[-1], dtype=q.dtype)  # 0: two widths subtracted, not one width
+    scores = q @ k.transpose(-2, -1) / d.sqrt()  # inf and nan scores
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_half_only(q, k, v, mask=None):
     raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")  # torch's own, not the stub
 
 
-def _sdpa_detached(q, k, v, mask=None):
+def sdpa_stub(q, k, v, mask=None):
+    raise NotImplementedError("scaled_dot_product_attention")
+
+
+def sdpa_fused(q, k, v, mask=None):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # the function the check compares against
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return out, scores.softmax(dim=-1)
+
+
+# the mask
+def sdpa_without_mask_argument(q, k, v):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_mask_always_applied(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))  # fails when mask is None
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_mask_inverted(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))  # blocks where attending is allowed
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_mask_ignored(q, k, v, mask=None):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_masked_to_zero(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, 0.0)  # exp(0) = 1: still weighted
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_mask_after_softmax(q, k, v, mask=None):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+    if mask is not None:
+        weights = weights * mask  # rows no longer sum to 1
+    return weights @ v, weights
+
+
+def sdpa_mask_added(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask  # True counts as 1
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+# the gradient
+def sdpa_scores_detached(q, k, v, mask=None):
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).detach()
-    return attention(q, k, v, mask, scale=1.0, scores=scores)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 
 
 @torch.no_grad()
-def _sdpa_no_grad(q, k, v, mask=None):
-    return attention(q, k, v, mask)
+def sdpa_no_grad(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 
 
-def _sdpa_numpy(q, k, v, mask=None):
-    scores = attention(q, k, v, mask, norm="scores")[1]  # masked
+def sdpa_numpy_softmax(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
     e = np.exp(scores.numpy() - scores.numpy().max(-1, keepdims=True))
     weights = torch.from_numpy(e / e.sum(-1, keepdims=True))
     return weights @ v, weights
 
 
-def _sdpa_numpy_detached(q, k, v, mask=None):
-    weights = torch.from_numpy(attention(q, k, v, mask, norm="scores")[1].detach().numpy()).softmax(-1)
+def sdpa_numpy_detached(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.from_numpy(scores.detach().numpy()).softmax(dim=-1)
     return weights @ v, weights
 
 
-def _sdpa_data(q, k, v, mask=None):
-    return attention(q.data, k, v, mask)
-
-
-def _sdpa_einsum(q, k, v, mask=None):
-    q = q / q.shape[-1] ** 0.5  # pre-scaled queries
-    scores = torch.einsum("...id,...jd->...ij", q, k)
+def sdpa_q_data(q, k, v, mask=None):
+    scores = q.data @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
-        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
-    weights = F.softmax(scores, dim=-1)
-    return torch.einsum("...ij,...jd->...id", weights, v), weights
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 
 
 SDPA = "scaled_dot_product_attention"
 SLIPS = [Slip(SDPA, name, rule, hint, impl) for name, rule, hint, impl in [
-    ("no_scale", "output", NO_SCALE, _sdpa(scale=1.0)),
-    ("by_d", "output", "the scores look divided by d instead of sqrt(d)", _sdpa(scale=lambda q, k, v: 1 / q.shape[-1])),
-    ("times", "output", TIMES, _sdpa(scale=lambda q, k, v: math.sqrt(q.shape[-1]))),
-    ("by_dv", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.shape[-1]))),
-    ("by_keys", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(k.shape[-2]))),
-    ("by_tokens", "output", BY_DV, _sdpa(scale=lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
-    ("after_softmax", "output", AFTER_SOFTMAX, _sdpa(scale=1.0, late_scale=lambda q, k, v: 1 / math.sqrt(q.shape[-1]))),
-    ("axis", "output", WRONG_AXIS, _sdpa(axis=-2)),
-    ("log_softmax", "output", LOG, _sdpa(norm="log")),
+    ("no_scale", "output", NO_SCALE, sdpa_no_scale),
+    ("by_d", "output", "the scores look divided by d instead of sqrt(d)", sdpa_divided_by_d),
+    ("times", "output", TIMES, sdpa_times_sqrt_d),
+    ("by_dv", "output", BY_DV, sdpa_scaled_by_value_width),
+    ("by_keys", "output", BY_DV, sdpa_scaled_by_key_count),
+    ("by_tokens", "output", BY_DV, sdpa_scaled_by_query_count),
+    ("after_softmax", "output", AFTER_SOFTMAX, sdpa_scaled_after_softmax),
+    ("axis", "output", WRONG_AXIS, sdpa_softmax_over_queries),
+    ("log_softmax", "output", LOG, sdpa_log_softmax),
     ("sum", "output", "the scores are divided by their sum: the weights are their softmax, exp(scores) normalised, "
-     "`scores.softmax(dim=-1)`", _sdpa(norm="sum")),
-    ("scores_out", "output", SCORES_OUT, _sdpa(out_from="scores")),
-    ("swapped", "output", PRODUCT, _sdpa(swap=True)),
-    ("weights_first", "output", WEIGHTS_FIRST, lambda q, k, v, mask=None: attention(q, k, v, mask)[::-1]),
-    ("out_only", "output", PAIR, lambda q, k, v, mask=None: attention(q, k, v, mask)[0]),
-    ("double", "output", DOUBLE, lambda q, k, v, mask=None: tuple(t.double() for t in attention(q, k, v, mask))),
-    ("nan", "output", NAN, lambda q, k, v, mask=None: tuple(t * float("nan") for t in attention(q, k, v, mask))),
-    ("k.T", "output", known(r"\.T\b"), _sdpa(scores=lambda q, k, v: q @ k.T)),  # fine for 2-D k, wrong for a batch
-    # fine for a 3-D batch, not for 2-D or 4-D inputs
-    ("transpose_1_2", "output", known("Dimension out of range"), _sdpa(scores=lambda q, k, v: q @ k.transpose(1, 2))),
-    ("bmm", "output", known("must be a 3D tensor"), _sdpa(scores=lambda q, k, v: torch.bmm(q, k.transpose(-2, -1)))),
-    ("half_only", "output", known("not implemented for 'Half'"), _sdpa_half_only),
-    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"),
-     lambda q, k, v, mask=None: attention(q, k, v, ~~mask)),
-    ("fused", "plain", FUSED, lambda q, k, v, mask=None: (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                                                          attention(q, k, v, mask)[1])),
-    ("no_mask_argument", "mask", MASK_ARGUMENT, lambda q, k, v: attention(q, k, v)),
-    ("inverted", "mask", INVERTED, _sdpa(mask_mode="inverted")),
-    ("ignored", "mask", IGNORED, _sdpa(mask_mode="none")),
-    ("zero", "mask", ZEROED, _sdpa(mask_mode="zero")),
-    ("after", "mask", AFTER, _sdpa(mask_mode="after")),
+     "`scores.softmax(dim=-1)`", sdpa_divided_by_sum),
+    ("scores_out", "output", SCORES_OUT, sdpa_scores_times_v),
+    ("swapped", "output", PRODUCT, sdpa_keys_times_queries),
+    ("weights_first", "output", WEIGHTS_FIRST, sdpa_weights_first),
+    ("out_only", "output", PAIR, sdpa_output_only),
+    ("double", "output", DOUBLE, sdpa_float64),
+    ("nan", "output", NAN, sdpa_divided_by_zero),
+    ("k.T", "output", known(r"\.T\b"), sdpa_k_dot_T),  # fine for 2-D k, wrong for a batch
+    ("transpose_1_2", "output", known("Dimension out of range"), sdpa_transpose_1_2),  # fine for 3-D only
+    ("bmm", "output", known("must be a 3D tensor"), sdpa_bmm),
+    ("half_only", "output", known("not implemented for 'Half'"), sdpa_half_only),
+    ("mask_always", "output", known("bad operand type for unary ~: 'NoneType'"), sdpa_mask_always_applied),
+    ("fused", "plain", FUSED, sdpa_fused),
+    ("no_mask_argument", "mask", MASK_ARGUMENT, sdpa_without_mask_argument),
+    ("inverted", "mask", INVERTED, sdpa_mask_inverted),
+    ("ignored", "mask", IGNORED, sdpa_mask_ignored),
+    ("zero", "mask", ZEROED, sdpa_masked_to_zero),
+    ("after", "mask", AFTER, sdpa_mask_after_softmax),
     ("added", "mask", "the boolean mask was added to the scores (True counts as 1): fill the scores where the mask "
-     "is False with -inf instead", _sdpa(mask_mode="added")),
-    ("detach", "gradient", CUT_AT, _sdpa_detached),
-    ("no_grad", "gradient", CUT_AT, _sdpa_no_grad),
-    ("numpy", "gradient", known("Can't call numpy() on Tensor that requires grad"), _sdpa_numpy),
-    ("numpy_detached", "gradient", CUT_AT, _sdpa_numpy_detached),
-    ("data", "gradient", CUT_AT, _sdpa_data),
-    ("in_place", "inputs", IN_PLACE, _sdpa_in_place),
-]] + [Slip(SDPA, "stub", None, "not done yet", _sdpa_stub)]
+     "is False with -inf instead", sdpa_mask_added),
+    ("detach", "gradient", CUT_AT, sdpa_scores_detached),
+    ("no_grad", "gradient", CUT_AT, sdpa_no_grad),
+    ("numpy", "gradient", known("Can't call numpy() on Tensor that requires grad"), sdpa_numpy_softmax),
+    ("numpy_detached", "gradient", CUT_AT, sdpa_numpy_detached),
+    ("data", "gradient", CUT_AT, sdpa_q_data),
+    ("in_place", "inputs", IN_PLACE, sdpa_scaled_queries_in_place),
+]] + [Slip(SDPA, "stub", None, "not done yet", sdpa_stub)]
 
 
-class _SelfAttention(nn.Module):
-    """SelfAttention with one slip, ``slip`` (None: the statement's), the layers giving queries, keys and values
-    (``roles``), the function computing the attention (``attend``) and its knobs ``knobs`` (a knob given as a function
-    of x is computed from it)."""
-
-    slip, roles, attend, knobs = None, "qkv", staticmethod(attention), {}
+# SelfAttention: each slip a whole class; the constructor is the statement's unless the slip is in it
+class _Head(nn.Module):
+    """The statement's constructor: three bias-free Linear layers q, k and v, dim -> head_dim."""
 
     def __init__(self, dim, head_dim):
         super().__init__()
-        self.q, self.k, self.v = (nn.Linear(dim, head_dim, bias=self.slip == "bias") for _ in range(3))
-        if self.slip == "missing":  # the former API, without attention_weights
-            self.attention_weights = None
+        self.q = nn.Linear(dim, head_dim, bias=False)
+        self.k = nn.Linear(dim, head_dim, bias=False)
+        self.v = nn.Linear(dim, head_dim, bias=False)
 
-    def _qkv(self, x):
-        made = dict(q=self.q(x), k=self.k(x), v=self.v(x), x=x)  # x: attention on x itself, not projected
-        q, k, v = (made[role] for role in self.roles)
-        return {"q_detached": (q.detach(), k, v), "v_weight_data": (q, k, F.linear(x, self.v.weight.data))}.get(
-            self.slip, (q, k, v))
+
+class SelfAttentionWithBias(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.q = nn.Linear(dim, head_dim)  # bias=True, the default
+        self.k = nn.Linear(dim, head_dim)
+        self.v = nn.Linear(dim, head_dim)
 
     def forward(self, x, mask=None):
-        if self.slip == "in_place":
-            x /= math.sqrt(x.shape[-1])
-        q, k, v = self._qkv(x)
-        mask = None if self.slip == "mask_dropped" else mask
-        if self.slip == "no_grad":
-            with torch.no_grad():
-                return attention(q, k, v, mask)[0]
-        kw = {key: value(x) if callable(value) else value for key, value in self.knobs.items()}
-        return attention(q, k, v, mask) if self.slip == "pair" else self.attend(q, k, v, mask, **kw)[0]
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]
 
     def attention_weights(self, x, mask=None):
-        if self.slip == "output_returned":
-            return self(x, mask)
-        return self.attend(*self._qkv(x), None if self.slip == "weights_no_mask" else mask)[1]
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
 
 
-def _self_attention(slip=None, roles="qkv", attend=attention, **knobs):
-    return type("SelfAttention", (_SelfAttention,), {"slip": slip, "roles": roles, "attend": staticmethod(attend),
-                                                     "knobs": knobs})
+class SelfAttentionNoScale(_Head):
+    def forward(self, x, mask=None):
+        return sdpa_no_scale(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return sdpa_no_scale(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionScaledByDim(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1])  # dim, the input's width, not head_dim
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    def attention_weights(self, x, mask=None):
+        scores = self.q(x) @ self.k(x).transpose(-2, -1) / math.sqrt(x.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-1)
+
+
+class SelfAttentionSoftmaxOverQueries(_Head):
+    def forward(self, x, mask=None):
+        return sdpa_softmax_over_queries(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return sdpa_softmax_over_queries(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionMaskInverted(_Head):
+    def forward(self, x, mask=None):
+        return sdpa_mask_inverted(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return sdpa_mask_inverted(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionUnprojected(_Head):
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(x, x, x, mask)[0]  # x itself, not self.q(x), ...
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(x, x, x, mask)[1]
+
+
+class SelfAttentionReturnsPair(_Head):
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)  # (out, weights)
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionMaskDropped(_Head):
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x))[0]  # mask not passed on
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionWithoutWeights(_Head):  # forward only, no attention_weights
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]
+
+
+class SelfAttentionWeightsAreOutput(_Head):
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return self(x, mask)  # the output, (b, n, head_dim)
+
+
+class SelfAttentionWeightsIgnoreMask(_Head):
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x))[1]  # mask not passed on
+
+
+class SelfAttentionQueriesDetached(_Head):
+    def forward(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x).detach(), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionValueWeightData(_Head):
+    def forward(self, x, mask=None):
+        v = F.linear(x, self.v.weight.data)  # .data: no gradient reaches self.v
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), v, mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionNoGrad(_Head):
+    def forward(self, x, mask=None):
+        with torch.no_grad():
+            return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionScalesInputInPlace(_Head):
+    def forward(self, x, mask=None):
+        x /= math.sqrt(x.shape[-1])  # changes the caller's x
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionRoles(_Head):
+    """The three layers in the wrong roles: queries, keys and values from the layers named by ``roles`` (e.g. "kqv":
+    queries from self.k, keys from self.q); the catalogue holds one subclass for each of the 26 wrong orders."""
+
+    roles = "qkv"
+
+    def forward(self, x, mask=None):
+        q, k, v = (getattr(self, layer)(x) for layer in self.roles)
+        return ref.scaled_dot_product_attention(q, k, v, mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        q, k, v = (getattr(self, layer)(x) for layer in self.roles)
+        return ref.scaled_dot_product_attention(q, k, v, mask)[1]
 
 
 def _roles(roles):
@@ -336,31 +670,67 @@ def _roles(roles):
     return QK_SWAPPED if roles == "kqv" else f"{ROLES} ({', '.join(wrong)}): {ROLES_FIX}"
 
 
-SLIPS += [Slip("SelfAttention", name, rule, hint, _self_attention(name) if impl is None else impl)
-          for name, rule, hint, impl in [
+SLIPS += [Slip("SelfAttention", name, rule, hint, impl) for name, rule, hint, impl in [
     ("linear", "names", NAMES, nn.Linear),
-    ("no_scale", "output", NO_SCALE, _self_attention(scale=1.0)),
-    ("axis", "output", WRONG_AXIS, _self_attention(axis=-2)),
-    ("inverted", "mask", INVERTED, _self_attention(mask_mode="inverted")),
-    ("bias", "names", NO_BIAS, None),
-    ("by_dim", "output", BY_DIM, _self_attention(scale=lambda x: 1 / math.sqrt(x.shape[-1]))),
+    ("no_scale", "output", NO_SCALE, SelfAttentionNoScale),
+    ("axis", "output", WRONG_AXIS, SelfAttentionSoftmaxOverQueries),
+    ("inverted", "mask", INVERTED, SelfAttentionMaskInverted),
+    ("bias", "names", NO_BIAS, SelfAttentionWithBias),
+    ("by_dim", "output", BY_DIM, SelfAttentionScaledByDim),
     ("unprojected", "output", "this is attention on x itself: project x with self.q, self.k and self.v first",
-     _self_attention(roles="xxx")),
-    ("pair", "output", TUPLE, None),
-    ("mask_dropped", "mask", NOT_PASSED, None),
-    ("missing", "attention_weights", WEIGHTS_REQUIRED, None),
-    ("output_returned", "attention_weights", WEIGHTS_NOT_OUTPUT, None),
-    ("weights_no_mask", "attention_weights", WEIGHTS_MASK, None),
-    ("q_detached", "gradient", CUT_AT, None),
-    ("v_weight_data", "gradient", CUT_AT, None),
-    ("no_grad", "gradient", CUT_AT, None),
-    ("in_place", "inputs", IN_PLACE, None),
+     SelfAttentionUnprojected),
+    ("pair", "output", TUPLE, SelfAttentionReturnsPair),
+    ("mask_dropped", "mask", NOT_PASSED, SelfAttentionMaskDropped),
+    ("missing", "attention_weights", WEIGHTS_REQUIRED, SelfAttentionWithoutWeights),
+    ("output_returned", "attention_weights", WEIGHTS_NOT_OUTPUT, SelfAttentionWeightsAreOutput),
+    ("weights_no_mask", "attention_weights", WEIGHTS_MASK, SelfAttentionWeightsIgnoreMask),
+    ("q_detached", "gradient", CUT_AT, SelfAttentionQueriesDetached),
+    ("v_weight_data", "gradient", CUT_AT, SelfAttentionValueWeightData),
+    ("no_grad", "gradient", CUT_AT, SelfAttentionNoGrad),
+    ("in_place", "inputs", IN_PLACE, SelfAttentionScalesInputInPlace),
 ]] + [Slip("SelfAttention", {"qkk": "values_from_k", "qvk": "roles", "kqv": "qk_swapped"}.get(roles, f"roles_{roles}"),
-           "output", _roles(roles), _self_attention(roles=roles))
+           "output", _roles(roles), type(f"SelfAttentionRoles_{roles}", (SelfAttentionRoles,), {"roles": roles}))
       for roles in map("".join, itertools.product("qkv", repeat=3)) if roles != "qkv"]  # three keep their first names
 
 
+# the variants: correct implementations the statements allow
+def _sdpa_einsum(q, k, v, mask=None):
+    q = q / q.shape[-1] ** 0.5  # pre-scaled queries
+    scores = torch.einsum("...id,...jd->...ij", q, k)
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+    weights = F.softmax(scores, dim=-1)
+    return torch.einsum("...ij,...jd->...id", weights, v), weights
+
+
+def sdpa_knobs_at_rest(q, k, v, mask=None):
+    """``attention`` (chapter 02's slips build on it) with every knob at its correct setting."""
+    return attention(q, k, v, mask)
+
+
+class SelfAttentionEinsum(_Head):
+    def forward(self, x, mask=None):
+        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[0]
+
+    def attention_weights(self, x, mask=None):
+        return _sdpa_einsum(self.q(x), self.k(x), self.v(x), mask)[1]
+
+
+class SelfAttentionOneCall(_Head):
+    """q, k and v computed once, in a helper both methods share."""
+
+    def _attend(self, x, mask):
+        return ref.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)
+
+    def forward(self, x, mask=None):
+        out, _ = self._attend(x, mask)
+        return out
+
+    def attention_weights(self, x, mask=None):
+        return self._attend(x, mask)[1]
+
+
 VARIANTS = [Variant(SDPA, "reference", ref.scaled_dot_product_attention), Variant(SDPA, "einsum", _sdpa_einsum),
-            Variant(SDPA, "knobs", _sdpa()), Variant("SelfAttention", "reference", ref.SelfAttention),
-            Variant("SelfAttention", "sdpa", _self_attention(attend=_sdpa_einsum)),  # the einsum attention
-            Variant("SelfAttention", "knobs", _self_attention(None))]
+            Variant(SDPA, "knobs", sdpa_knobs_at_rest), Variant("SelfAttention", "reference", ref.SelfAttention),
+            Variant("SelfAttention", "sdpa", SelfAttentionEinsum),  # the einsum attention
+            Variant("SelfAttention", "one_call", SelfAttentionOneCall)]
