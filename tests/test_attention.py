@@ -5,7 +5,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vit_course import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
+from vit_course import (
+    MultiHeadAttention,
+    SelfAttention,
+    merge_heads,
+    scaled_dot_product_attention,
+    split_heads,
+    split_is_correct,
+)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -71,6 +78,20 @@ def test_split_merge_heads():
     assert torch.equal(merge_heads(heads), x)
     with pytest.raises(ValueError, match="12.*5"):
         split_heads(x, 5)
+
+
+def test_split_is_correct_tells_the_split_from_the_view_bug():
+    def view_bug(x, num_heads):
+        b, n, _ = x.shape
+        return x.view(b, num_heads, n, -1)  # the right shape, tokens and heads mixed
+
+    def transposed_view(x, num_heads):
+        b, n, width = x.shape
+        return x.view(b, n, num_heads, width // num_heads).transpose(1, 2)
+
+    assert split_is_correct(split_heads) is True and split_is_correct(transposed_view) is True
+    assert split_is_correct(view_bug) is False
+    assert split_is_correct(lambda x, h: split_heads(x, h).transpose(1, 2)) is False  # (b, n, h, d): a False, no error
 
 
 def copy_from_torch_mha(torch_mha, dim, num_heads):

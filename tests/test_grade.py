@@ -5,7 +5,9 @@ import pytest
 
 from vit_course import grade
 
-CORRECT_MERGE = "def merge_heads(x):\n    return x.transpose(1, 2).flatten(2)"
+CORRECT_TEST = ("import torch\n\n\ndef split_is_correct(split_fn):\n    x = torch.arange(120).reshape(2, 5, 12)\n"
+                "    out = split_fn(x, 3)\n    return out.shape == (2, 3, 5, 4) and all(\n"
+                "        torch.equal(out[:, i], x[..., 4 * i:4 * i + 4]) for i in range(3))")
 VIEW_SPLIT = "def split_heads(x, num_heads):\n    b, n, _ = x.shape\n    return x.view(b, num_heads, n, -1)"
 STUB = ('def scaled_dot_product_attention(q, k, v, mask=None):\n    # YOUR CODE HERE\n'
         '    raise NotImplementedError("scaled_dot_product_attention")')
@@ -25,7 +27,7 @@ def notebook(path, *cells):
 def test_grades_each_check_cell_in_a_kernel(tmp_path, capsys):
     path = notebook(tmp_path / "exercises.ipynb",
                     "# Exercises", "from vit_course import checks",
-                    CORRECT_MERGE, "checks.merge_heads(merge_heads)",  # cells 3-4: passes
+                    CORRECT_TEST, "checks.split_is_correct(split_is_correct)",  # cells 3-4: passes
                     "# Split", VIEW_SPLIT, "checks.split_heads(split_heads)",  # cells 6-7: fails
                     STUB, "checks.scaled_dot_product_attention(scaled_dot_product_attention)",  # 8-9: untouched
                     BROKEN, "checks.pool_tokens(pool_tokens)",  # 10-11: the exercise cell itself fails
@@ -33,7 +35,7 @@ def test_grades_each_check_cell_in_a_kernel(tmp_path, capsys):
     before = path.read_text()
     assert grade.main([str(path), "--timeout", "120"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "✔ merge_heads (In [3])"
+    assert lines[0] == "✔ split_is_correct (In [3])"
     assert lines[1].startswith("✘ split_heads (In [5]): wrong split into 3 heads: largest difference")
     assert lines[2].startswith("    tried: split_heads(tensor(2, 5, 12), 3)")
     assert lines[3].startswith("    likely cause: your heads look reshaped without a transpose")

@@ -153,21 +153,21 @@ def test_generate_is_deterministic_atomic_and_checkable(tmp_path, monkeypatch):
 
 # --- self-grading with nbval ---------------------------------------------------------------------------------
 
-GRADED = '''def merge_heads(x):
-    """(b, h, n, d) -> (b, n, h*d)"""
+GRADED = '''def split_heads(x, num_heads):
+    """(b, n, D) -> (b, h, n, d)"""
     ### BEGIN SOLUTION
-    return x.transpose(1, 2).flatten(2)
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
     ### END SOLUTION
 '''
 
 
 def test_nbval_lax_passes_exactly_when_the_checks_pass(tmp_path):
     """`pytest --nbval-lax` on a student notebook: fails untouched and with a wrong answer, passes when solved."""
-    solution = synthetic(GRADED, "checks.merge_heads(merge_heads)")
+    solution = synthetic(GRADED, "checks.split_heads(split_heads)")
     student = notebooks.student_version(solution)
     wrong = copy.deepcopy(student)
-    no_transpose = "x.reshape(len(x), x.shape[2], -1)"  # the classic mistake: no transpose
-    wrong.cells[2].source = GRADED.replace("x.transpose(1, 2).flatten(2)", no_transpose)
+    no_transpose = "x.reshape(len(x), num_heads, x.shape[1], -1)"  # the classic mistake: no transpose
+    wrong.cells[2].source = GRADED.replace("x.unflatten(-1, (num_heads, -1)).transpose(1, 2)", no_transpose)
     solved = copy.deepcopy(student)
     solved.cells[2].source = GRADED
     for name, nb in (("untouched", student), ("wrong", wrong), ("solved", solved)):
@@ -177,8 +177,8 @@ def test_nbval_lax_passes_exactly_when_the_checks_pass(tmp_path):
                          text=True, timeout=600, env=this_package())
     failed = set(re.findall(r"^FAILED (\w+)\.ipynb::", run.stdout, re.M))
     assert failed == {"untouched", "wrong"}, run.stdout[-3000:]
-    assert "CheckFailed\x1b[0m: not done yet: merge_heads" in run.stdout  # the message alone, no traceback
-    assert "without a transpose" in run.stdout  # the likely cause (checks/attention_heads.py)
+    assert "CheckFailed\x1b[0m: not done yet: split_heads" in run.stdout  # the message alone, no traceback
+    assert "without a transpose" in run.stdout  # the likely cause (checks/ch02_multi_head_attention.py)
     assert "Traceback (most recent call last)" not in run.stdout and "site-packages" not in run.stdout
 
 

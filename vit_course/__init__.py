@@ -16,7 +16,14 @@ import time
 IMPORTED_AT = time.perf_counter()  # `python -m vit_course train` counts its budget from here, torch's import included
 
 from . import checks as checks  # the exercise checks: checks.MultiHeadAttention(MultiHeadAttention)
-from .attention import MultiHeadAttention, SelfAttention, merge_heads, scaled_dot_product_attention, split_heads
+from .attention import (
+    MultiHeadAttention,
+    SelfAttention,
+    merge_heads,
+    scaled_dot_product_attention,
+    split_heads,
+    split_is_correct,
+)
 from .batches import DeviceLoader, loaders, normalize, random_crop_flip, random_translate
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
 from .checkpoint import load_checkpoint, load_pretrained, save_checkpoint
@@ -56,7 +63,7 @@ __all__ = [
     "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
     "convert_timm_state_dict", "count_parameters", "linear_to_conv_weight", "merge_heads", "patch_grid",
     "patchify", "pool_tokens", "resample_position_embeddings", "scaled_dot_product_attention",
-    "sincos_position_embedding", "split_heads", "unpatchify",
+    "sincos_position_embedding", "split_heads", "split_is_correct", "unpatchify",
     # 06-07: data and training; recipes and the CLI live in vit_course.recipes and __main__
     "DATASETS", "DeviceLoader", "data_root", "eval_mode", "evaluate", "fit", "load", "load_checkpoint",
     "load_examples", "load_pretrained", "loaders", "normalize", "param_groups", "pick_device", "pick_threads",

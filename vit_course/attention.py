@@ -63,25 +63,41 @@ class SelfAttention(nn.Module):
 
 
 def split_heads(x, num_heads):
-    """(b, n, h*d) -> (b, h, n, d). Head i owns the i-th contiguous block of d features."""
+    """(b, n, D) -> (b, h, n, d), D = h * d: head i owns the i-th contiguous block of d features of every token."""
     if x.shape[-1] % num_heads:
         raise ValueError(f"width {x.shape[-1]} is not divisible by num_heads={num_heads}")
     return rearrange(x, "... n (h d) -> ... h n d", h=num_heads)
 
 
 def merge_heads(x):
-    """(b, h, n, d) -> (b, n, h*d), the inverse of ``split_heads``."""
+    """(b, h, n, d) -> (b, n, D), the inverse of ``split_heads``: each token's h head outputs side by side."""
     return rearrange(x, "... h n d -> ... n (h d)")
+
+
+def split_is_correct(split_fn):
+    """Test a candidate ``split_heads`` by what it returns, with no second copy to compare against: True when
+    ``split_fn(x, num_heads)`` turns x (b, n, D) into (b, h, n, d) with tokens kept apart and head i holding the
+    i-th block of d features, False at the first property it breaks."""
+    b, n, h, d = 2, 5, 3, 4  # all different, so no axis can pass for another, and two images
+    x = torch.arange(b * n * h * d).reshape(b, n, h * d)  # (b, n, D): every value is its own label
+    out = split_fn(x, h)
+    if tuple(out.shape) != (b, h, n, d):  # first, so a wrong shape is a False, not an IndexError below
+        return False
+    perm = torch.tensor([3, 0, 4, 1, 2])  # a shuffled token order: no token keeps its place
+    if not torch.equal(split_fn(x[:, perm], h), out[:, :, perm]):  # (b, h, n, d): tokens in, tokens out
+        return False
+    return all(torch.equal(out[:, i], x[:, :, i * d:(i + 1) * d]) for i in range(h))  # (b, n, d): head i, block i
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with timm's names: a fused ``qkv`` and an output ``proj``.
 
-    ``qkv.weight`` is laid out [W_q; W_k; W_v] like ``nn.MultiheadAttention.in_proj_weight``,
-    so weights copy across unchanged.
+    ``dim`` is the width D, split into ``num_heads`` heads of ``head_dim`` d = D / h. ``qkv`` (D -> 3D, with a bias
+    unless ``qkv_bias=False``) is laid out [W_q; W_k; W_v] like ``nn.MultiheadAttention.in_proj_weight``, so weights
+    copy across unchanged; ``proj`` (D -> D, always with a bias) is W_o.
 
-    forward(x (b, n, dim), mask=None) -> (b, n, dim), through PyTorch's fused kernel, which on most
-    inputs does not store the n x n weights; ``attention_weights`` computes them explicitly, for inspection.
+    forward(x (b, n, D), mask=None) -> (b, n, D), through PyTorch's fused kernel, which on most inputs does not
+    store the n x n weights; ``attention_weights`` computes them explicitly, (b, h, n, n), for inspection.
     """
 
     def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0):
@@ -95,7 +111,7 @@ class MultiHeadAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def split_qkv(self, x):
-        """x (b, n, dim) -> q, k, v, each (b, h, n, d)."""
+        """x (b, n, D) -> q, k, v, each (b, h, n, d)."""
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"expected tokens of shape (batch, tokens, {self.dim}), got {tuple(x.shape)}")
         qkv = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
@@ -105,9 +121,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.split_qkv(x)  # each (b, h, n, d)
         p = self.attn_drop.p if self.training else 0.0  # attention dropout only while training
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (b, h, n, d)
-        return self.proj_drop(self.proj(merge_heads(out)))  # (b, n, dim)
+        return self.proj_drop(self.proj(merge_heads(out)))  # (b, n, D)
 
     def attention_weights(self, x, mask=None):
-        """x (b, n, dim) -> weights (b, h, n, n), each row summing to 1 (no dropout: what the model attends to)."""
-        q, k, v = self.split_qkv(x)
+        """x (b, n, D) -> weights (b, h, n, n), each row summing to 1 (no dropout: what the model attends to)."""
+        q, k, v = self.split_qkv(x)  # each (b, h, n, d)
         return scaled_dot_product_attention(q, k, v, mask)[1]  # (b, h, n, n)

@@ -32,7 +32,7 @@ from . import (
     ch09_going_further,
 )
 from .ch01_self_attention import SelfAttention, scaled_dot_product_attention
-from .ch02_multi_head_attention import MultiHeadAttention, merge_heads, split_heads
+from .ch02_multi_head_attention import MultiHeadAttention, split_heads, split_is_correct
 from .ch03_encoder_block import MLP, DropPath, EncoderBlock, LayerNorm
 from .ch04_patch_embeddings import PatchEmbedding, add_class_token_and_position, patchify, unpatchify
 from .ch05_vision_transformer import ViT, count_parameters
@@ -54,8 +54,9 @@ VARIANTS = [variant for record in RECORDS for variant in getattr(record, "VARIAN
 
 __all__ = [
     "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",
-    "SelfAttention", "ViT", "add_class_token_and_position", "count_parameters", "merge_heads", "patchify",
-    "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "unpatchify", "train_step",
+    "SelfAttention", "ViT", "add_class_token_and_position", "count_parameters", "patchify",
+    "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "split_is_correct", "unpatchify",
+    "train_step",
     "evaluate", "warmup_cosine", "random_crop_flip", "attention_rollout", "mean_attention_distance",
     "position_embedding_similarity", "pool_tokens", "delete_patches",
 ]
