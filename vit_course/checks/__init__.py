@@ -34,7 +34,13 @@ from . import (
 from .ch01_self_attention import SelfAttention, scaled_dot_product_attention
 from .ch02_multi_head_attention import MultiHeadAttention, split_heads, split_is_correct
 from .ch03_encoder_block import MLP, DropPath, EncoderBlock, LayerNorm
-from .ch04_patch_embeddings import PatchEmbedding, add_class_token_and_position, patchify, unpatchify
+from .ch04_patch_embeddings import (
+    PatchEmbedding,
+    add_class_token_and_position,
+    linear_to_conv_weight,
+    patchify,
+    sincos_position_embedding,
+)
 from .ch05_vision_transformer import ViT, count_parameters
 from .ch06_train_mnist import evaluate, train_step, warmup_cosine
 from .ch07_train_cifar10 import pool_tokens, random_crop_flip
@@ -55,8 +61,8 @@ VARIANTS = [variant for record in RECORDS for variant in getattr(record, "VARIAN
 __all__ = [
     "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",
     "SelfAttention", "ViT", "add_class_token_and_position", "count_parameters", "patchify",
-    "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "split_is_correct", "unpatchify",
-    "train_step",
+    "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "split_is_correct",
+    "linear_to_conv_weight", "sincos_position_embedding", "train_step",
     "evaluate", "warmup_cosine", "random_crop_flip", "attention_rollout", "mean_attention_distance",
     "position_embedding_similarity", "pool_tokens", "delete_patches",
 ]
