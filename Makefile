@@ -24,6 +24,7 @@ $(VENV)/.installed: pyproject.toml
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m tools.notebooks --check
+	$(PY) -m tools.diagrams --check
 	$(PY) -m pytest tests solutions -m "not browser" --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		--durations=15
 
