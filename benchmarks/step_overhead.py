@@ -56,7 +56,7 @@ class Count(TorchDispatchMode):
 
 
 def count_tolist():
-    """Patch ``Tensor.tolist`` (which reads the data without dispatching an op) to count its calls: -> (counter, undo)."""
+    """Patch ``Tensor.tolist`` (it reads the data without dispatching an op) to count its calls: -> (counter, undo)."""
     calls, original = Counter(), torch.Tensor.tolist
 
     def tolist(self):

@@ -146,7 +146,8 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
         progress: a bar per epoch and a line after it
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
     Returns the history: dict of lists, one entry per evaluation: epoch (fractional where the budget cut it),
-    train_loss (the mean since the previous evaluation), test_loss, test_acc (one view), lr, seconds (cumulative); with test_flips also flip_acc, the last accuracy with flips (a number).
+    train_loss (the mean since the previous evaluation), test_loss, test_acc (one view), lr, seconds (cumulative);
+    with test_flips also flip_acc, the last accuracy with flips (a number).
     Without a time budget a CPU run repeats exactly, a GPU run nearly (some kernels add in a varying order).
     KeyboardInterrupt: the model is left in eval mode with the last step's weights, the checkpoint keeps the last
     finished epoch, and the interrupt is re-raised.
@@ -237,7 +238,7 @@ def _read_losses(unread):
     if not unread:
         return []
     values = torch.stack([loss for _, _, loss in unread]).float().tolist()  # the one host read
-    for (step, lr, _), value in zip(unread, values):
+    for (step, lr, _), value in zip(unread, values, strict=True):
         if not math.isfinite(value):
             raise FloatingPointError(f"loss became {value} at step {step} (lr {lr:.2e})")
     return values
