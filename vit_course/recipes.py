@@ -258,9 +258,10 @@ def estimate_seconds(name, device=None, epochs=None, steps=10):
     autocast, scaler = amp_settings("auto", device)
     images = torch.randn(batch_size, *data["shape"], device=device)  # (b, C, H, W)
     labels = torch.randint(len(data["classes"]), (batch_size,), device=device)  # (b,)
+    loss = None
     for i in range(2 + steps):
         if i == 2:  # reading the loss waits for the device: the clock starts on an idle one
-            float(loss)  # noqa: F821 (the loss of step 1)
+            float(loss)  # the second step's
             tick = time.perf_counter()
         with autocast or nullcontext():
             loss = train_step(model, images, labels, optimizer, recipe["train"]["label_smoothing"], scaler)
