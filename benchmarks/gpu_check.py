@@ -137,7 +137,7 @@ def precision_steps(label, device, steps=20):
         while len(losses) < steps:
             for x, y in batches:
                 with autocast or nullcontext():
-                    losses.append(train_step(model, x, y, optimizer, 0.0, scaler))
+                    losses.append(float(train_step(model, x, y, optimizer, 0.0, scaler)))
                 if len(losses) == steps:
                     break
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5

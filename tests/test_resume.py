@@ -99,8 +99,10 @@ def _old_package(folder):
 @needs_data
 def test_a_run_stopped_under_the_earlier_code_resumes_to_the_same_weights(tmp_path):
     """BEFORE trains two epochs of the long run's recipe whole, and again stopped after the first; this code
-    resumes the stopped one. The weights and the history must come out as the whole run's: the same schedule, the
-    same steps."""
+    resumes the stopped one. The schedule must come out as the whole run's: the same epochs and learning rates, and
+    the first epoch's record as it was. (Not the same weights: since BEFORE, RandAugment draws every op for every
+    image and the mixing draws on the host, so that no step waits for the device, and AdamW runs fused; the second
+    epoch's random draws and rounding differ.)"""
     old = _old_package(tmp_path / "old")
     if old is None:
         pytest.skip(f"needs git and commit {BEFORE}")
@@ -117,10 +119,12 @@ def test_a_run_stopped_under_the_earlier_code_resumes_to_the_same_weights(tmp_pa
         torch.set_num_threads(threads)
     whole, whole_state = load_checkpoint(tmp_path / "whole" / "model.pt")
     resumed, resumed_state = load_checkpoint(tmp_path / "stopped" / "model.pt")
-    for key in ("epoch", "train_loss", "test_loss", "test_acc", "lr"):
+    for key in ("epoch", "lr"):
         assert resumed_state["history"][key] == whole_state["history"][key], key
+    for key in ("train_loss", "test_loss", "test_acc"):
+        assert resumed_state["history"][key][0] == whole_state["history"][key][0], key
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
-        assert torch.equal(a, b), name
+        assert a.shape == b.shape and torch.isfinite(b).all(), name
 
 
 def test_a_run_resumed_under_a_budget_counts_the_seconds_it_already_spent(tmp_path):

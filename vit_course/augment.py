@@ -98,10 +98,35 @@ def _affine(name, b, m, generator, device):
 
 def _geometric_op(name, x, m, generator):
     """One geometric op on float images (b, C, H, W) in 0..1; pixels from outside the image are mid-grey."""
-    theta = _affine(name, x.shape[0], m, generator, x.device)  # (b, 2, 3)
+    return _warp(x, _affine(name, x.shape[0], m, generator, x.device))
+
+
+def _warp(x, theta):
+    """Images (b, C, H, W) in 0..1 resampled through affine matrices theta (b, 2, 3); the outside is mid-grey."""
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)  # (b, H, W, 2) where each pixel reads
     # sampling x - 0.5 with zero padding and adding 0.5 back fills the outside with 0.5 (grey)
     return F.grid_sample(x - 0.5, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + 0.5
+
+
+def _apply_ops(x, choice, m, generator):
+    """Image i of x (b, C, H, W) in 0..1 gets op OPS[choice[i]] at magnitude m -> (b, C, H, W).
+
+    Every op runs on the whole batch and each image keeps the result of the op it drew (``torch.where``). Picking
+    out the images of each op instead (``nonzero``) would make the host wait to learn how many there are, 13 times
+    per round; this way nothing is read back, the cost is a few more elementwise passes over a small batch. The
+    five geometric ops share one resampling: each image's own matrix, the identity for the others.
+    """
+    b, device = x.shape[0], x.device
+    theta = torch.eye(2, 3, device=device).repeat(b, 1, 1)  # (b, 2, 3)
+    for k, name in enumerate(OPS):
+        if name in GEOMETRIC:
+            theta = torch.where((choice == k).view(b, 1, 1), _affine(name, b, m, generator, device), theta)
+    geometric = (choice >= len(COLOUR)).view(b, 1, 1, 1)  # OPS lists the colour ops first
+    out = torch.where(geometric, _warp(x, theta).clamp(0, 1), x)
+    for k, name in enumerate(COLOUR):
+        if name != "identity":
+            out = torch.where((choice == k).view(b, 1, 1, 1), _colour_op(name, x, m, generator).clamp(0, 1), out)
+    return out
 
 
 def rand_augment(images, generator=None, num_ops=2, magnitude=9, prob=0.5):
@@ -110,7 +135,8 @@ def rand_augment(images, generator=None, num_ops=2, magnitude=9, prob=0.5):
 
     images: (b, C, H, W) uint8 -> (b, C, H, W) uint8, same device. magnitude: 0..10, the strength of every op
     (rotations up to 30 degrees at 10, shifts up to 45% of the side, blend factors 1 +- 0.9, ...); ops with a
-    direction take a random sign per image. num_ops=0 returns the images unchanged.
+    direction take a random sign per image. num_ops=0 returns the images unchanged. Nothing is read back from the
+    device (``_apply_ops``).
     """
     if images.ndim != 4 or images.dtype != torch.uint8:
         raise ValueError(f"expected uint8 images (batch, channels, height, width), got {images.dtype} "
@@ -122,54 +148,55 @@ def rand_augment(images, generator=None, num_ops=2, magnitude=9, prob=0.5):
     x, m, b = images.float() / 255, magnitude / 10, images.shape[0]  # (b, C, H, W) in 0..1
     for _ in range(num_ops):
         choice = (_uniform(b, generator, images.device) * len(OPS)).long().clamp_max(len(OPS) - 1)  # (b,)
-        choice[_uniform(b, generator, images.device) >= prob] = OPS.index("identity")  # skipped: op not applied
-        for k, name in enumerate(OPS):
-            chosen = (choice == k).nonzero().flatten()  # (n,) the images that drew op k
-            if len(chosen) == 0 or name == "identity":
-                continue
-            op = _geometric_op if name in GEOMETRIC else _colour_op
-            x[chosen] = op(name, x[chosen], m, generator).clamp(0, 1)
+        skipped = _uniform(b, generator, images.device) >= prob  # (b,) op not applied
+        x = _apply_ops(x, torch.where(skipped, OPS.index("identity"), choice), m, generator)
     return (x * 255).round().to(torch.uint8)
 
 
-def _beta(alpha, generator, device):
-    """One draw of Beta(alpha, alpha), seeded from ``generator`` (torch's Beta takes no generator)."""
-    where = generator.device if generator is not None else device
-    seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=where))
-    return float(np.random.default_rng(seed).beta(alpha, alpha))
+def host_rng(rng=None):
+    """The NumPy generator a batch's mixing draws from: ``rng`` itself, a new one seeded with the int ``rng``, or
+    one seeded from the ``torch.Generator`` ``rng`` (a read of that generator's device, if it is a GPU's)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, torch.Generator):
+        rng = int(torch.randint(2**31 - 1, (1,), generator=rng, device=rng.device))
+    return np.random.default_rng(rng)
 
 
-def cutmix_box(height, width, lam, generator=None, device=None):
+def cutmix_box(height, width, lam, rng=None):
     """A box covering about 1 - lam of an H x W image, centred uniformly, clipped at the edges.
 
-    -> (top, bottom, left, right) with rows top..bottom-1, columns left..right-1 (the box may be empty).
+    rng: see ``host_rng``. -> (top, bottom, left, right) with rows top..bottom-1, columns left..right-1 (the box may
+    be empty).
     """
     cut_h, cut_w = round(height * math.sqrt(1 - lam)), round(width * math.sqrt(1 - lam))
-    cy, cx = (_uniform(2, generator, device) * torch.tensor([height, width], device=device)).long().tolist()
+    cy, cx = (int(v) for v in host_rng(rng).integers(0, (height, width)))  # the box's centre
     top, bottom = max(cy - cut_h // 2, 0), min(cy + cut_h - cut_h // 2, height)
     left, right = max(cx - cut_w // 2, 0), min(cx + cut_w - cut_w // 2, width)
     return top, bottom, left, right
 
 
-def mix_batch(images, labels, generator=None, *, num_classes, cutmix=1.0, mixup=0.0, switch=0.5):
+def mix_batch(images, labels, rng=None, *, num_classes, cutmix=1.0, mixup=0.0, switch=0.5):
     """CutMix or Mixup of a batch with its own reverse, and the labels mixed to match: -> (images, targets).
 
     images (b, C, H, W) float, labels (b,) int64 -> images (b, C, H, W), targets (b, num_classes) float32 whose rows
     sum to 1. cutmix, mixup: the Beta(alpha, alpha) parameters of each (0: off); with both on, CutMix is chosen with
     probability ``switch``. Image i is mixed with image b-1-i in the proportion lam : 1 - lam, one lam per batch;
-    for CutMix lam is the share of image i's own pixels left after pasting the (clipped) box.
+    for CutMix lam is the share of image i's own pixels left after pasting the (clipped) box. rng (``host_rng``):
+    the batch's choices are drawn on the host, so nothing waits for the device.
     """
     if images.ndim != 4 or labels.shape != images.shape[:1]:
         raise ValueError(f"expected images (b, C, H, W) and labels (b,), got {tuple(images.shape)} and "
                          f"{tuple(labels.shape)}")
     if cutmix < 0 or mixup < 0 or cutmix == mixup == 0:
         raise ValueError(f"cutmix and mixup are Beta parameters >= 0, one of them > 0; got {cutmix} and {mixup}")
-    device, (h, w) = images.device, images.shape[-2:]
-    use_cutmix = mixup == 0 or (cutmix > 0 and float(_uniform(1, generator, device)) < switch)
-    lam = _beta(cutmix if use_cutmix else mixup, generator, device)
+    rng, (h, w) = host_rng(rng), images.shape[-2:]
+    use_cutmix = mixup == 0 or (cutmix > 0 and rng.random() < switch)
+    alpha = cutmix if use_cutmix else mixup
+    lam = float(rng.beta(alpha, alpha))
     other = images.flip(0)  # (b, C, H, W) image b-1-i beside image i
     if use_cutmix:
-        top, bottom, left, right = cutmix_box(h, w, lam, generator, device)
+        top, bottom, left, right = cutmix_box(h, w, lam, rng)
         images = images.clone()
         images[:, :, top:bottom, left:right] = other[:, :, top:bottom, left:right]
         lam = 1 - (bottom - top) * (right - left) / (h * w)  # the pixels actually pasted
@@ -179,4 +206,4 @@ def mix_batch(images, labels, generator=None, *, num_classes, cutmix=1.0, mixup=
     return images, lam * one_hot + (1 - lam) * one_hot.flip(0)
 
 
-__all__ = ["OPS", "cutmix_box", "mix_batch", "rand_augment"]
+__all__ = ["OPS", "cutmix_box", "host_rng", "mix_batch", "rand_augment"]

@@ -7,6 +7,7 @@ every random choice comes from a ``torch.Generator`` so that a seed repeats a ru
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -45,12 +46,22 @@ def normalize(images, mean=None, std=None):
     if brightest > 2:
         raise ValueError(f"normalize reads float images as 0..1, but these reach {brightest:.1f}: pass the uint8 "
                          f"pixels, or divide by 255")
-    peak = 255.0 if images.dtype == torch.uint8 else 1.0
-    channels, device = images.shape[1], images.device
+    scale, shift = _scale_shift(mean, std, images.shape[1], images.dtype, images.device)
+    return _apply(images, scale, shift)  # (b, C, H, W)
+
+
+def _scale_shift(mean, std, channels, dtype, device):
+    """normalize's per-channel constants on ``device``: x * scale - shift = (x / peak - mean) / std, where peak is
+    255 for uint8 pixels and 1 for floats. -> (scale, shift), each (1, C, 1, 1) float32."""
+    peak = 255.0 if dtype == torch.uint8 else 1.0
     std = _as_channels(1.0 if std is None else std, channels, "std", device)  # (1, C, 1, 1)
     mean = _as_channels(0.0 if mean is None else mean, channels, "mean", device)
-    # one multiply and one subtract on a fresh copy: (x / peak - mean) / std = x * (1 / (peak std)) - mean / std
-    return images.to(torch.float32, copy=True).mul_(1 / (peak * std)).sub_(mean / std)  # (b, C, H, W)
+    return 1 / (peak * std), mean / std
+
+
+def _apply(images, scale, shift):
+    """One multiply and one subtract on a float32 copy of ``images`` (b, C, H, W)."""
+    return images.to(torch.float32, copy=True).mul_(scale).sub_(shift)
 
 
 def _randint(high, size, generator, device):
@@ -135,7 +146,8 @@ class DeviceLoader:
 
     images (N, C, H, W) uint8, labels (N,) int64 -> iterating yields (x (b, C, H, W) float32, y (b,) int64)
     on ``device``. ``augment(uint8 batch, generator) -> uint8 batch`` runs on the device before normalising;
-    ``mix(x, y, generator) -> (x, soft targets (b, classes))`` after it (``augment.mix_batch``: CutMix, Mixup).
+    ``mix(x, y, rng) -> (x, soft targets (b, classes))`` after it (``augment.mix_batch``: CutMix, Mixup), with a
+    NumPy generator ``rng`` for its per-batch choices, which the host makes without waiting for the device.
 
     Epochs: each ``iter()`` runs epoch ``self.epoch`` and then advances it by one, so a fresh loader with the
     same seed repeats the same sequence of epochs. ``set_epoch(n)`` chooses the next epoch (to resume a run).
@@ -158,6 +170,8 @@ class DeviceLoader:
         self.batch_size, self.shuffle, self.augment, self.mix = batch_size, shuffle, augment, mix
         self.drop_last, self.seed, self.epoch = drop_last, seed, 0
         self.mean, self.std = mean, std
+        # normalize's constants, made once on the device: a batch then needs no copy from the host
+        self.scale, self.shift = _scale_shift(mean, std, images.shape[1], torch.uint8, self.device)
 
     def __len__(self):
         n = len(self.labels)
@@ -181,13 +195,15 @@ class DeviceLoader:
             order = torch.arange(n, device=self.device)  # (N,)
         random = self.augment is not None or self.mix is not None
         generator = _make_generator(self.device, self._seed(epoch, 1)) if random else None
+        # a batch's mixing is decided on the host (CutMix or Mixup, its proportion and box): no device value is read
+        host_rng = np.random.default_rng(self._seed(epoch, 2)) if self.mix is not None else None
         for i in range(len(self)):
             index = order[i * self.batch_size:(i + 1) * self.batch_size]  # (b,)
             x = self.images.index_select(0, index)  # (b, C, H, W) uint8; 10x faster than images[index] on a CPU
             if self.augment is not None:
                 x = self.augment(x, generator)  # (b, C, H, W) uint8, on the device
-            x, y = normalize(x, self.mean, self.std), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
-            yield self.mix(x, y, generator) if self.mix is not None else (x, y)  # y: (b,) or (b, classes)
+            x, y = _apply(x, self.scale, self.shift), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
+            yield self.mix(x, y, host_rng) if self.mix is not None else (x, y)  # y: (b,) or (b, classes)
 
 
 def loaders(name, batch_size, device=None, augment=True, root=None, seed=0, mix=None):

@@ -1,8 +1,14 @@
 """The training loop (chapters 06-07): ``fit``, the settings it trains with, and its optional time budget.
 
-``fit`` is AdamW (no weight decay on norms, biases, tokens and position embeddings), the learning rate of
-``train.warmup_cosine`` set before every step, label smoothing, an evaluation after every epoch, progress bars,
-and a checkpoint after every epoch that a run can resume from (``--resume``).
+``fit`` is AdamW (no weight decay on norms, biases, tokens and position embeddings; fused into one kernel where
+the device has it), the learning rate of ``train.warmup_cosine`` set before every step, label smoothing, an
+evaluation every ``eval_every`` epochs, progress bars, and a checkpoint at each evaluation that a run can resume
+from (``--resume``).
+
+The host never waits for the device inside the loop: ``train_step`` hands back the loss as a tensor on the
+device, and the loop reads the losses (one transfer for all the steps since the last read) only when a person
+looks, about once a second for the progress bar and at the end of an epoch. On a GPU the host thus stays ahead,
+queueing kernels while the device computes; on CUDA the model is also compiled (``torch.compile``).
 """
 
 import dataclasses
@@ -20,6 +26,8 @@ from .device import amp_settings, pick_device, precision, restore_state, resume_
 from .train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
 HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
+FUSED_ADAMW = ("cpu", "cuda")  # devices whose AdamW runs fused (MPS's is newer than some PyTorch versions we support)
+READ_EVERY = 1.0  # seconds between reads of the training losses (the progress bar refreshes as often)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +44,10 @@ class TrainConfig:
     test_flips: the last evaluation also averages each test image with its mirror (``train.evaluate_flips``)
     time_budget: seconds for the training and its final evaluation (None: no limit)
     seed: of dropout and stochastic depth, which draw from torch's global generator
+    eval_every: evaluate (and write the checkpoint) after every this many epochs, and after the last one: a long
+        GPU plan evaluates now and then, not after each of its short epochs
+    compile: run the training step's model through ``torch.compile``; None: on CUDA only (on a CPU compiling the
+        course's small models did not pay, see the appendix)
     """
 
     epochs: int | None
@@ -48,12 +60,16 @@ class TrainConfig:
     test_flips: bool = False
     time_budget: float | None = None
     seed: int = 0
+    eval_every: int = 1
+    compile: bool | None = None
 
     def __post_init__(self):
         if self.epochs is not None and (not isinstance(self.epochs, int) or self.epochs < 1):
             raise ValueError(f"epochs must be a whole number >= 1 (or None, with a time_budget), got {self.epochs!r}")
         if self.time_budget is not None and not 0 < self.time_budget < math.inf:
             raise ValueError(f"time_budget must be a positive number of seconds (or None), got {self.time_budget!r}")
+        if not isinstance(self.eval_every, int) or self.eval_every < 1:
+            raise ValueError(f"eval_every must be a whole number of epochs >= 1, got {self.eval_every!r}")
 
 
 class Budget:
@@ -129,8 +145,9 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
             with ``resume=True`` and that file present, training continues after its last epoch
         progress: a bar per epoch and a line after it
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
-    Returns the history: dict of lists epoch (fractional where the budget cut it), train_loss, test_loss, test_acc
-    (one view), lr, seconds (cumulative); with test_flips also flip_acc, the last accuracy with flips (a number).
+    Returns the history: dict of lists, one entry per evaluation: epoch (fractional where the budget cut it),
+    train_loss (the mean since the previous evaluation), test_loss, test_acc (one view), lr, seconds (cumulative);
+    with test_flips also flip_acc, the last accuracy with flips (a number).
     Without a time budget a CPU run repeats exactly, a GPU run nearly (some kernels add in a varying order).
     KeyboardInterrupt: the model is left in eval mode with the last step's weights, the checkpoint keeps the last
     finished epoch, and the interrupt is re-raised.
@@ -142,22 +159,30 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
     device = pick_device(device)
     model.to(device)
     autocast, scaler = amp_settings(config.amp, device)
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr)
+    fused = device.type in FUSED_ADAMW  # one kernel for all the parameters, no host read of the step counts
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=fused)
+    compiled = config.compile if config.compile is not None else device.type == "cuda"
+    forward = torch.compile(model) if compiled else model  # the same parameters; model is what is saved
     torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
     history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
     budget = Budget(config.time_budget, spent, len(test_loader), final_passes=3 if config.test_flips else 1)
+    since_eval = []  # the training losses since the last evaluation: its train_loss is their mean
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
             # at most one bar update a second: in a notebook each update is a widget message, and a flood of them
             # overflows the kernel's output queue, which drops messages (nbval then waits for one that never comes)
             bar = tqdm(train_loader, desc=f"epoch {epoch + 1}/{config.epochs or '(budget)'}", leave=False,
                        disable=not progress, mininterval=1.0)
-            losses, lr, step = _train_epoch(model, bar, optimizer, step, config, budget, (autocast, scaler))
+            losses, lr, step = _train_epoch(forward, bar, optimizer, step, config, budget, (autocast, scaler))
+            since_eval += losses
             last = epoch + 1 == config.epochs or budget.left() <= 0
+            if not last and (epoch + 1) % config.eval_every:
+                continue
             test_loss, test_acc = _evaluate(model, test_loader, autocast, budget, history, config.test_flips and last)
             done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch
-            _record(history, epoch=done, train_loss=sum(losses) / max(len(losses), 1),
+            _record(history, epoch=done, train_loss=sum(since_eval) / max(len(since_eval), 1),
                     test_loss=test_loss, test_acc=test_acc, lr=lr, seconds=budget.elapsed(), progress=progress)
+            since_eval = []
             if checkpoint is not None:
                 save_checkpoint(checkpoint, model, history=history, optimizer=optimizer, epoch=epoch + 1, step=step,
                                 seconds=history["seconds"][-1], **resume_state(device, scaler), **(run_info or {}))
@@ -178,10 +203,15 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
 
 
 def _train_epoch(model, bar, optimizer, step, config, budget, amp):
-    """One pass over the loader in ``bar`` (cut short when the budget runs out): -> (losses, last lr, step)."""
+    """One pass over the loader in ``bar`` (cut short when the budget runs out): -> (losses, last lr, step).
+
+    Each step's loss stays on the device (``train_step`` returns a tensor) until ``_read_losses`` fetches all those
+    not yet read in one transfer: when the progress bar is due to refresh (about once a second) and at the end.
+    """
     autocast, scaler = amp
     device = next(model.parameters()).device
-    losses, lr = [], learning_rate(config, step, len(bar), budget)
+    losses, unread, lr = [], [], learning_rate(config, step, len(bar), budget)
+    read_at = time.perf_counter()
     for x, y in bar:
         tick = time.perf_counter()
         x, y = x.to(device), y.to(device)  # a no-op for the course's loaders, which keep the data on the device
@@ -189,17 +219,29 @@ def _train_epoch(model, bar, optimizer, step, config, budget, amp):
         for group in optimizer.param_groups:
             group["lr"] = lr
         with autocast or nullcontext():  # the whole step: backward keeps the forward's dtypes; AdamW is no autocast op
-            loss = train_step(model, x, y, optimizer, config.label_smoothing, scaler)
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"loss became {loss} at step {step} (lr {lr:.2e})")
-        losses.append(loss)
+            unread.append((step, lr, train_step(model, x, y, optimizer, config.label_smoothing, scaler)))
         budget.record_step(time.perf_counter() - tick)
         step += 1
-        if len(losses) % 10 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.3f}", lr=f"{lr:.1e}", refresh=False)  # shown at next update
-        if budget.left() <= 0:
+        out_of_time = budget.left() <= 0
+        if time.perf_counter() - read_at >= READ_EVERY or out_of_time:
+            losses += _read_losses(unread)
+            unread, read_at = [], time.perf_counter()
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}", lr=f"{lr:.1e}", refresh=False)
+        if out_of_time:
             break
-    return losses, lr, step
+    return losses + _read_losses(unread), lr, step
+
+
+def _read_losses(unread):
+    """[(step, lr, loss tensor)] -> the losses as floats, read from the device in one transfer; the first that is
+    not finite raises FloatingPointError naming its step and learning rate."""
+    if not unread:
+        return []
+    values = torch.stack([loss for _, _, loss in unread]).float().tolist()  # the one host read
+    for (step, lr, _), value in zip(unread, values, strict=True):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss became {value} at step {step} (lr {lr:.2e})")
+    return values
 
 
 def _check_checkpointable(model, checkpoint):

@@ -39,7 +39,11 @@ def param_groups(model, weight_decay):
 
 
 def train_step(model, images, labels, optimizer, label_smoothing=0.0, scaler=None):
-    """One optimisation step on a batch: images (b, C, H, W), labels (b,) -> the loss as a float.
+    """One optimisation step on a batch: images (b, C, H, W), labels (b,) -> the batch's mean loss, a 0-dim tensor.
+
+    The loss comes back detached and on the model's device: reading it as a number (``float(loss)``) makes the
+    host wait for the device, so the training loop reads it only when a person looks (``fit``: a progress-bar
+    refresh, the end of an epoch), and the host stays ahead of a GPU, queueing the next steps.
 
     scaler: a ``torch.amp.GradScaler`` for float16 mixed precision (``fit`` passes one on GPUs without
     bfloat16): it scales the loss so small gradients survive float16, and skips a step that overflowed.
@@ -55,7 +59,7 @@ def train_step(model, images, labels, optimizer, label_smoothing=0.0, scaler=Non
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-    return loss.item()
+    return loss.detach()
 
 
 @contextmanager
@@ -76,17 +80,17 @@ def evaluate(model, batches):
     The model's previous train/eval mode is restored afterwards.
     """
     device = next(model.parameters()).device
-    total_loss, correct, count = 0.0, 0, 0
+    total_loss, correct, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
     with eval_mode(model):
         for x, y in batches:
             x, y = x.to(device), y.to(device)
             logits = model(x).float()  # (b, classes)
-            total_loss += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(dim=1) == y).sum().item()
+            total_loss += F.cross_entropy(logits, y, reduction="sum")  # summed on the device: no host read a batch
+            correct += (logits.argmax(dim=1) == y).sum()
             count += len(y)
     if count == 0:
         raise ValueError("evaluate got no batches")
-    return total_loss / count, correct / count
+    return total_loss.item() / count, correct.item() / count  # the two numbers read once, at the end
 
 
 class MirrorAverage(nn.Module):

@@ -12,6 +12,7 @@ from torch import nn
 
 from .. import train as ref
 from .core import IN_PLACE, PLAIN_NUMBER, Slip, Variant, check
+from .messages import describe
 
 # each exercise's rules, by the key a check passes to Checker.phase (a failure carries it as CheckFailed.rule);
 # the statement (the exercise's markdown and stub docstring) is where their words are written
@@ -23,7 +24,7 @@ RULES = {
 
 
 # ---- the catalogue of train_step: one wrong implementation per knob
-def _train_step(train=True, zero="before", smoothing=True, softmax=False, item=True, full=True, loss="ce",
+def _train_step(train=True, zero="before", smoothing=True, softmax=False, out="detach", full=True, loss="ce",
                 reduction="mean", late=False, step=True):
     def train_step(model, images, labels, optimizer, label_smoothing=0.0, scaler=None):
         if train:
@@ -50,7 +51,7 @@ def _train_step(train=True, zero="before", smoothing=True, softmax=False, item=T
             optimizer.zero_grad()
         if late:  # the loss measured again after the step
             value = F.cross_entropy(model(images).float(), labels, label_smoothing=eps)
-        return value.item() if item else value
+        return {"detach": value.detach(), "item": value.item(), "attached": value}[out]
     return train_step
 
 
@@ -65,6 +66,10 @@ NO_STEP = ("call loss.backward() and then optimizer.step(), with optimizer.zero_
            "between backward() and step() throws the gradients away)")
 ACCUMULATE = "the gradients accumulate from step to step: call optimizer.zero_grad() before loss.backward()"
 SOFTMAX = "softmax is applied before cross_entropy: F.cross_entropy takes the raw logits"
+HOST_READ = ("return the loss as a tensor, `loss.detach()`: `.item()` or `float()` makes the host wait for the device "
+             "at every step; the training loop reads the losses only when it shows them")
+ATTACHED = ("return `loss.detach()`: this loss still holds the step's autograd graph, which stays in memory for as "
+            "long as the caller keeps the loss")
 SLIPS = [
     Slip("train_step", "no_train", "train-mode", TRAIN, _train_step(train=False)),
     Slip("train_step", "no_zero_grad", "step", ACCUMULATE, _train_step(zero=None)),
@@ -82,7 +87,8 @@ SLIPS = [
          "forward pass", _train_step(late=True)),
     Slip("train_step", "sum", "loss", "this is the sum of the samples' losses: train on their mean, "
          "F.cross_entropy's default reduction", _train_step(reduction="sum")),
-    Slip("train_step", "tensor", "loss", PLAIN_NUMBER, _train_step(item=False)),
+    Slip("train_step", "item", "loss", HOST_READ, _train_step(out="item")),
+    Slip("train_step", "attached", "loss", ATTACHED, _train_step(out="attached")),
     Slip("train_step", "low_precision", "float32", "the loss is computed on the model's low-precision logits: compute "
          "it in float32, F.cross_entropy(logits.float(), labels, ...)", _train_step(full=False)),
     Slip("train_step", "centred", "inputs", IN_PLACE, _step_in_place),
@@ -110,8 +116,8 @@ def _batch(g, b, classes=5):
 
 @check("train_step")
 def train_step(c, fn):
-    """train_step(model, images, labels, optimizer, label_smoothing=0.0) -> loss (float): training mode, the
-    label-smoothed cross-entropy on float32 logits, then one full optimizer step."""
+    """train_step(model, images, labels, optimizer, label_smoothing=0.0) -> loss (a detached 0-dim tensor): training
+    mode, the label-smoothed cross-entropy on float32 logits, then one full optimizer step."""
     g = torch.Generator().manual_seed(20)
     for smoothing, dtype in ((0.0, torch.float32), (0.1, torch.float32), (0.1, torch.bfloat16)):
         learner, twin = Probe(dtype=dtype), Probe(dtype=dtype)  # twin: the same start, trained by the reference
@@ -129,8 +135,8 @@ def _one_step(c, fn, mine, theirs, smoothing, step, g):
     before = copy.deepcopy(mine)  # the model and its optimizer together, for the catalogue's slips to replay
     kwargs = {"label_smoothing": smoothing} if smoothing else {}
     c.phase("loss")
-    got = c.number(c.call(fn, learner, images, labels, opt_l, **kwargs), "the returned loss")
-    expected = ref.train_step(twin, images, labels, opt_r, smoothing)
+    got = _loss_tensor(c, c.call(fn, learner, images, labels, opt_l, **kwargs))
+    expected = float(ref.train_step(twin, images, labels, opt_r, smoothing))
     c.phase("train-mode")
     c.ok(learner.calls and all(training for training, _ in learner.calls), "the model ran in eval mode", TRAIN)
     c.phase("float32" if learner.dtype != torch.float32 else "loss")
@@ -151,6 +157,20 @@ def _one_step(c, fn, mine, theirs, smoothing, step, g):
                ACCUMULATE if step > 0 else "one zero_grad, one backward and one step per call")
     c.passed()
     learner.calls.clear()
+
+
+def _loss_tensor(c, loss):
+    """The returned loss, a 0-dim tensor cut from the graph, as a float."""
+    if loss is None:
+        c.fail("train_step returned None", "a function without a `return` statement returns None: end it with "
+               "`return loss.detach()`")
+    if not torch.is_tensor(loss):
+        c.fail(f"the returned loss should be a 0-dim tensor, got {describe(loss)}", HOST_READ)
+    if loss.ndim != 0:
+        c.fail(f"the returned loss should be a 0-dim tensor (the batch's mean loss), got {describe(loss)}", None)
+    if loss.requires_grad:
+        c.fail("the returned loss is still attached to the autograd graph", ATTACHED)
+    return c.number(loss.item(), "the returned loss")
 
 
 # ---- the catalogue of evaluate
