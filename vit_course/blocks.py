@@ -11,9 +11,8 @@ from .attention import MultiHeadAttention
 
 
 class MLP(nn.Module):
-    """Linear(dim -> hidden_dim) -> exact GELU -> Linear(hidden_dim -> dim), applied per token.
-
-    forward(x (..., dim)) -> (..., dim)
+    """Linear(D -> D_mlp) -> exact GELU -> Linear(D_mlp -> D), applied to each token alone (dim = D, hidden_dim =
+    D_mlp); dropout with rate ``drop`` after the GELU and after fc2. forward(x (..., D)) -> (..., D)
     """
 
     def __init__(self, dim, hidden_dim, drop=0.0):
@@ -88,26 +87,28 @@ class EncoderBlock(nn.Module):
     Args:
         dim: token width D, kept constant so the residual additions line up
         num_heads: attention heads (dim must be divisible by it)
-        mlp_ratio: hidden width of the MLP is int(dim * mlp_ratio)
+        mlp_ratio: the MLP's hidden width D_mlp is int(dim * mlp_ratio)
         drop: dropout after the attention projection and in the MLP
         drop_path: stochastic-depth probability of each residual branch (0 = off)
         init_values: LayerScale initial value (None = off)
-    forward(x (b, n, dim), mask=None) -> (b, n, dim). The attention weights of a block are
+    Attributes: norm1, attn, norm2, mlp, and per branch ls1/ls2 and drop_path1/drop_path2 (identities when off).
+    forward(x (b, n, D), mask=None) -> (b, n, D). The attention weights of a block are
     ``block.attn.attention_weights(block.norm1(x))``.
     """
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0,
                  drop_path=0.0, init_values=None):
         super().__init__()
+        # given: the options that scale (LayerScale) and drop (DropPath) each residual branch; identities when off
+        self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
-        self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
-        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = MLP(dim, int(dim * mlp_ratio), drop=drop)
-        self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
-        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x, mask=None):
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))  # (b, n, dim)
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # (b, n, dim)
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))  # (b, n, D)
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # (b, n, D)

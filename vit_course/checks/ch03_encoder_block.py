@@ -1,9 +1,9 @@
-"""Chapter 03's exercises: MLP, LayerNorm, DropPath and their assembly EncoderBlock (pre-norm residuals,
-options, drop path while training): checks and rules."""
+"""Chapter 03's exercises: MLP, LayerNorm, DropPath and their assembly EncoderBlock (pre-norm residuals, the given
+options applied, drop path while training, equal to PyTorch's pre-norm nn.TransformerEncoderLayer): checks and rules.
+Each slip of the catalogue is a wrong solution written out whole, named after its mistake."""
 
 # ruff: noqa: B023  (each diagnosis thunk is called by Checker.close in the loop iteration that builds it)
 
-import contextlib
 import itertools
 import math
 
@@ -32,16 +32,16 @@ BLOCK_ELEMENTWISE = ("draw one coin per sample, a mask of shape (batch, 1, 1, ..
 BLOCK_ONE_COIN = "draw one coin per sample, a mask of shape (batch, 1, 1, ...), not one coin for the whole batch"
 BLOCK_MASK_3D = ("the mask's shape is hard-coded for 3-D x: give it x.ndim axes, (b, 1, ..., 1), e.g. (x.shape[0],) + "
                  "(1,) * (x.ndim - 1)")
-BLOCK_NO_CHECK = "in __init__, raise a ValueError unless 0 <= p < 1 (p = 1 would drop everything and divide by 0)"
 BLOCK_DROP_PROB = "keep the probability as self.p = p: the given extra_repr reads it"
 BLOCK_LN1 = "two LayerNorms, norm1 (before attention) and norm2 (before the MLP)"
 BLOCK_QKV_BIAS = "qkv_bias=False seems ignored: pass it on, MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, ...)"
-BLOCK_IGNORED = ("drop_path seems ignored: drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity(), and "
-                 "the same for drop_path2, each applied to its branch")
+BLOCK_IGNORED = ("drop_path seems ignored: the given drop_path1 and drop_path2 go on their branches, x = x + "
+                 "drop_path1(ls1(attn(norm1(x)))) and the same with drop_path2 on the MLP's")
 BLOCK_NO_PROJ_DROP = ("pass the rates on: MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, "
                       "proj_drop=drop) and MLP(dim, int(dim * mlp_ratio), drop=drop)")
 KEEP_IS_P = "p is the probability to drop (bernoulli of 1 - p keeps)"
-NO_LAYERSCALE = "with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity()"
+NO_LAYERSCALE = ("with init_values set, ls1 and ls2 are LayerScale(dim, init_values); without, nn.Identity() (the "
+                 "given lines at the top of __init__)")
 EVAL_RANDOM = ("dropout or drop path is on in eval mode: use the nn.Dropout and DropPath modules, which are off "
                "in eval mode")
 PLAIN_TENSOR = "a plain tensor is neither learned nor saved"
@@ -52,6 +52,20 @@ EPS_DEFAULT = "PyTorch's default eps is 1e-5, ViT's (and timm's) 1e-6"
 MLP_EVAL = ("dropout is applied in eval mode: use the nn.Dropout modules drop1 and drop2 (they know the mode), "
             "not F.dropout(x, p)")
 MLP_TRAIN = "drop seems ignored: apply self.drop1 after the activation and self.drop2 after fc2"
+LN_WRONG_AXIS = ("normalise each token over its own features, the last axis: x.mean(-1, keepdim=True) and "
+                 "x.var(-1, unbiased=False, keepdim=True)")
+LN_SPREAD = "divide the centred x by the standard deviation, sqrt(var + eps)"
+LS_WIRING = "ls1 scales the attention branch, ls2 the MLP branch, each once"
+TORCH_LAYER = ("nn.TransformerEncoderLayer(dim, num_heads, int(dim * mlp_ratio), dropout=0.0, activation='gelu', "
+               "batch_first=True, norm_first=True, layer_norm_eps=1e-6)")
+TORCH_NAMES = {  # timm's name (ours) -> PyTorch's
+    "norm1.weight": "norm1.weight", "norm1.bias": "norm1.bias",
+    "attn.qkv.weight": "self_attn.in_proj_weight", "attn.qkv.bias": "self_attn.in_proj_bias",
+    "attn.proj.weight": "self_attn.out_proj.weight", "attn.proj.bias": "self_attn.out_proj.bias",
+    "norm2.weight": "norm2.weight", "norm2.bias": "norm2.bias",
+    "mlp.fc1.weight": "linear1.weight", "mlp.fc1.bias": "linear1.bias",
+    "mlp.fc2.weight": "linear2.weight", "mlp.fc2.bias": "linear2.bias",
+}
 
 
 @check("MLP")
@@ -142,7 +156,7 @@ def _layer_norm_defaults(c, cls, g):
 
 @check("DropPath")
 def DropPath(c, cls):
-    """DropPath(p): ValueError unless 0 <= p < 1; eval mode or p = 0: identity; in training, zero whole samples of
+    """DropPath(p): eval mode or p = 0: identity; in training, zero whole samples of
     any shape (b, ...) with probability p, scale the rest by 1/(1-p); gradients reach x."""
     g = torch.Generator().manual_seed(8)
     x = torch.randn(4000, 3, 5, generator=g) + 3  # no exact zeros
@@ -172,9 +186,6 @@ def DropPath(c, cls):
             ((3000, 3000, 7), BLOCK_MASK_3D)])
         _dropped_whole(c, got, flat, p)
         _drop_path_gradient(c, cls, module, p, g)
-    c.phase("error")
-    for p in (1.0, -0.1):
-        c.raises(cls, p, why=f"p={p} is not a probability below 1", label="DropPath", hint=BLOCK_NO_CHECK)
     c.phase("p")
     module = c.build(cls, 0.25)
     try:  # print(model) calls the given extra_repr, which reads self.p
@@ -237,10 +248,11 @@ SHOWN = ", ".join(f"{k}={v}" for k, v in OPTIONS.items())
 def EncoderBlock(c, cls):
     """EncoderBlock(dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
     init_values=None): pre-norm, x = x + drop_path1(ls1(attn(norm1(x)))); x = x + drop_path2(ls2(mlp(norm2(x))));
-    the mask reaches the attention; gradients reach x and every parameter."""
+    with PyTorch's pre-norm nn.TransformerEncoderLayer's weights copied in, the same output, with and without a mask;
+    gradients reach x and every parameter."""
     g = torch.Generator().manual_seed(9)
     for dim, heads, ratio, batch, n in ((12, 3, 2.0, 2, 7), (8, 2, 4.0, 1, 5), (6, 1, 1.5, 3, 4)):
-        reference = randomize_norms(ref.EncoderBlock(dim, heads, ratio).eval(), g)
+        reference, layer = _torch_pair(dim, heads, ratio, g)
         model = c.build(cls, dim, heads, ratio)
         c.load(model, reference, [
             ("norm", BLOCK_LN1),
@@ -248,12 +260,14 @@ def EncoderBlock(c, cls):
             ("mlp", "the MLP is `mlp`, with `fc1` and `fc2` (hidden width int(dim * mlp_ratio))")])
         x = torch.randn(batch, n, dim, generator=g)
         label = f"EncoderBlock({dim}, {heads}, {ratio})"
+        torch_layer = TORCH_LAYER.replace("dim, num_heads, int(dim * mlp_ratio)", f"{dim}, {heads}, {int(dim * ratio)}")
         with torch.no_grad():
-            c.close(c.call(model, x, label=label), reference(x), "output",
-                    twins(c.slips("output", "mask"), reference, (dim, heads, ratio), x), atol=1e-4)
+            c.close(c.call(model, x, label=label), layer(x), f"output (against PyTorch's {torch_layer} with the same "
+                    "weights)", twins(c.slips("output", "mask"), reference, (dim, heads, ratio), x), atol=1e-4)
             c.phase("mask")
             mask = random_mask((n, n), g)
-            c.close(c.call(model, x, mask=mask, label=label), reference(x, mask=mask), "output with a mask",
+            c.close(c.call(model, x, mask=mask, label=label), layer(x, src_mask=~mask), "output with a mask (against "
+                    "PyTorch's layer given src_mask=~mask, its True meaning blocked)",
                     twins(c.slips("output", "mask"), reference, (dim, heads, ratio), x, mask=mask), atol=1e-4)
             c.phase("output")
         gradient_flow(c, cls, lambda t: c.call(model, t["x"], label=label), lambda t: reference(t["x"]),
@@ -261,6 +275,17 @@ def EncoderBlock(c, cls):
     _options(c, cls, g)
     _drop_path(c, cls, g)
     _dropouts(c, cls, g)
+
+
+def _torch_pair(dim, heads, ratio, g):
+    """The reference block (random LayerNorms, so a swapped or shared norm shows) and PyTorch's pre-norm encoder layer
+    holding the same weights, both in eval mode."""
+    reference = randomize_norms(ref.EncoderBlock(dim, heads, ratio).eval(), g)
+    layer = nn.TransformerEncoderLayer(dim, heads, int(dim * ratio), dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=True, layer_norm_eps=1e-6).eval()
+    state = reference.state_dict()
+    layer.load_state_dict({theirs: state[ours] for ours, theirs in TORCH_NAMES.items()})
+    return reference, layer
 
 
 def _options(c, cls, g):
@@ -348,12 +373,695 @@ def _dropouts(c, cls, g):
 RULES = {
     "MLP": ("names", "output", "dropout", "gradient"),
     "LayerNorm": ("names", "parameters", "output", "eps", "gradient"),
-    "DropPath": ("eval", "training", "error", "p", "gradient"),
+    "DropPath": ("eval", "training", "p", "gradient"),
     "EncoderBlock": ("names", "output", "mask", "options", "drop_path", "eps", "dropout", "gradient"),
 }
 
 
-# ---- the catalogue: each slip once, with the rule it breaks and the hint it earns; the accepted variants
+# ---- the catalogue: each slip once, a wrong solution written out whole and named after its mistake, with the rule
+# it breaks and the hint it earns; then the accepted variants
+
+
+# MLP: the statement's constructor unless the slip is in it
+class _MLPParts(nn.Module):
+    """The statement's MLP constructor: fc1, exact GELU, drop1, fc2, drop2."""
+
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.drop2 = nn.Dropout(drop)
+
+
+class MLPNamedLinear1Linear2(nn.Module):
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(dim, hidden_dim)  # PyTorch's names, not timm's fc1 and fc2
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(drop)
+        self.linear2 = nn.Linear(hidden_dim, dim)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop2(self.linear2(self.drop1(self.act(self.linear1(x)))))
+
+
+class MLPWithoutBias(_MLPParts):
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__(dim, hidden_dim, drop)
+        self.fc1 = nn.Linear(dim, hidden_dim, bias=False)
+        self.fc2 = nn.Linear(hidden_dim, dim, bias=False)
+
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class MLPWithReLU(_MLPParts):
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(F.relu(self.fc1(x)))))
+
+
+class MLPWithTanhGELU(_MLPParts):
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(F.gelu(self.fc1(x), approximate="tanh"))))
+
+
+class MLPWithoutActivation(_MLPParts):
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(self.fc1(x))))
+
+
+class MLPWithResidual(_MLPParts):
+    def forward(self, x):
+        return x + self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class MLPActivationAfterFc2(_MLPParts):
+    def forward(self, x):
+        return self.act(self.drop2(self.fc2(self.drop1(self.act(self.fc1(x))))))
+
+
+class MLPFunctionalDropout(_MLPParts):
+    def forward(self, x):
+        h = F.dropout(self.act(self.fc1(x)), self.drop1.p)  # F.dropout's training=True: on in eval mode too
+        return F.dropout(self.fc2(h), self.drop2.p)
+
+
+class MLPWithoutDropout(_MLPParts):
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class MLPWithoutDrop2(_MLPParts):
+    def forward(self, x):
+        return self.fc2(self.drop1(self.act(self.fc1(x))))
+
+
+class MLPDropoutBeforeActivation(_MLPParts):
+    def forward(self, x):
+        return self.drop2(self.fc2(self.act(self.drop1(self.fc1(x)))))
+
+
+class MLPOneDropout(nn.Module):
+    def __init__(self, dim, hidden_dim, drop=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.drop = nn.Dropout(drop)  # one module for both places
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class MLPHiddenDetached(_MLPParts):
+    def forward(self, x):
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x).detach()))))
+
+
+class MLPNoGrad(_MLPParts):
+    def forward(self, x):
+        with torch.no_grad():
+            return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class MLPClampsInputInPlace(_MLPParts):
+    def forward(self, x):
+        x.clamp_(-3, 3)
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+# LayerNorm: the statement's constructor unless the slip is in it
+class _LayerNormParts(nn.Module):
+    """The statement's LayerNorm constructor: eps, weight (ones) and bias (zeros)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+
+class LayerNormEpsParameter(_LayerNormParts):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps)
+        self.eps = nn.Parameter(torch.tensor(eps))  # a third, learned parameter
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormPlainTensors(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.ones(dim)  # not nn.Parameter
+        self.bias = torch.zeros(dim)
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormWithoutParameters(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class LayerNormRandomStart(_LayerNormParts):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps)
+        self.weight = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormUnbiased(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True)  # divides by dim - 1
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormEpsOutsideSqrt(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / (torch.sqrt(var) + self.eps) * self.weight + self.bias
+
+
+class LayerNormNotAffine(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class LayerNormFixedEps(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
+
+
+class LayerNormOverBatch(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(0, keepdim=True), x.var(0, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormOverTokens(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-2, keepdim=True), x.var(-2, unbiased=False, keepdim=True)  # across the tokens
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormOverTokensAndFeatures(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean((-2, -1), keepdim=True), x.var((-2, -1), unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormOverWholeTensor(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(), x.var(unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormWithoutBias(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight
+
+
+class LayerNormMeanOfSquares(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), (x * x).mean(-1, keepdim=True)  # E[x^2], not centred
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormDividedByVariance(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / (var + self.eps) * self.weight + self.bias  # no square root
+
+
+class LayerNormDividedBySqrtStd(_LayerNormParts):
+    def forward(self, x):
+        mean, std = x.mean(-1, keepdim=True), x.std(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(std + self.eps) * self.weight + self.bias  # the root of the std
+
+
+class LayerNormOnlyCentred(_LayerNormParts):
+    def forward(self, x):
+        return (x - x.mean(-1, keepdim=True)) * self.weight + self.bias
+
+
+class LayerNormTorchDefault(_LayerNormParts):
+    def __init__(self, dim, eps=1e-5):  # PyTorch's default
+        super().__init__(dim, eps)
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormMeanDetached(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True).detach(), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormWeightData(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight.data + self.bias
+
+
+class LayerNormCentresInPlace(_LayerNormParts):
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return x.sub_(mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+# DropPath: the statement's constructor (keep p as self.p) unless the slip is in it
+class _DropPathParts(nn.Module):
+    def __init__(self, p=0.0):
+        super().__init__()
+        self.p = p
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class DropPathInEval(_DropPathParts):
+    def forward(self, x):
+        if self.p == 0.0:  # no `not self.training`: on in eval mode too
+            return x
+        mask = (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.p).to(x.dtype)
+        return x * mask / (1 - self.p)
+
+
+class DropPathElementwise(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(x.shape) < 1 - self.p).to(x.dtype)  # a coin per element: dropout
+        return x * mask / (1 - self.p)
+
+
+class DropPathOneCoin(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(()) < 1 - self.p).to(x.dtype)  # one coin for the whole batch
+        return x * mask / (1 - self.p)
+
+
+class DropPathNotScaled(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        return x * (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.p).to(x.dtype)
+
+
+class DropPathTimesKeep(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.p).to(x.dtype)
+        return x * mask * (1 - self.p)
+
+
+class DropPathKeepsWithP(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < self.p).to(x.dtype)  # keeps with probability p
+        return x * mask / (1 - self.p)
+
+
+class DropPathMask3D(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(x.shape[0], 1, 1) < 1 - self.p).to(x.dtype)  # right for (b, n, D) only
+        return x * mask / (1 - self.p)
+
+
+class DropPathDetached(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.p).to(x.dtype)
+        return x.detach() * mask / (1 - self.p)
+
+
+class DropPathMultipliesInPlace(_DropPathParts):
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.p).to(x.dtype)
+        return x.mul_(mask / (1 - self.p))
+
+
+class DropPathNamedDropProb(nn.Module):
+    def __init__(self, p=0.0):
+        super().__init__()
+        self.drop_prob = p  # the given extra_repr reads self.p
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+    def forward(self, x):
+        if not self.training or self.drop_prob == 0.0:
+            return x
+        mask = (torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.drop_prob).to(x.dtype)
+        return x * mask / (1 - self.drop_prob)
+
+
+# EncoderBlock: the statement's constructor (the given options, then norm1, attn, norm2, mlp) unless the slip is in it
+class _BlockParts(nn.Module):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
+                 init_values=None):
+        super().__init__()
+        self.ls1 = ref.LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.ls2 = ref.LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path1 = ref.DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path2 = ref.DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop=drop)
+
+    def forward(self, x, mask=None):  # the statement's wiring; a slip overrides it
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockNamedLn1(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, **options):
+        super().__init__(dim, num_heads, mlp_ratio, **options)
+        self.ln1, self.ln2 = self.norm1, self.norm2  # not timm's names
+        del self.norm1, self.norm2
+
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.ln1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.ln2(x))))
+
+
+class EncoderBlockIgnoresQkvBias(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, **options):
+        super().__init__(dim, num_heads, mlp_ratio, **options)  # qkv_bias not passed on: always True
+
+
+class EncoderBlockTorchDefaultEps(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, **options):
+        super().__init__(dim, num_heads, mlp_ratio, **options)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)  # eps 1e-5
+
+
+class EncoderBlockWithoutProjDrop(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, **options):
+        super().__init__(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, **options)
+        self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop)
+
+
+class EncoderBlockWithoutAttnDrop(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, **options):
+        super().__init__(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, **options)
+        self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, proj_drop=drop)
+
+
+class EncoderBlockMLPWithoutDrop(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, **options):
+        super().__init__(dim, num_heads, mlp_ratio, qkv_bias, drop, **options)
+        self.mlp = ref.MLP(dim, int(dim * mlp_ratio))
+
+
+class EncoderBlockPostNorm(_BlockParts):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.drop_path1(self.ls1(self.attn(x, mask=mask))))
+        return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
+
+
+class EncoderBlockWithoutAttentionResidual(_BlockParts):
+    def forward(self, x, mask=None):
+        x = self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockWithoutMLPResidual(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockWithoutResiduals(_BlockParts):
+    def forward(self, x, mask=None):
+        x = self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockParallel(_BlockParts):
+    def forward(self, x, mask=None):  # both branches read the block's input
+        return x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask))) + \
+            self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockSharedNorm(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm1(x))))  # norm1 again
+
+
+class EncoderBlockAddsNormalisedX(_BlockParts):
+    def forward(self, x, mask=None):
+        h = self.norm1(x)
+        x = h + self.drop_path1(self.ls1(self.attn(h, mask=mask)))
+        h = self.norm2(x)
+        return h + self.drop_path2(self.ls2(self.mlp(h)))
+
+
+class EncoderBlockNormalisedStream(_BlockParts):
+    def forward(self, x, mask=None):
+        x = self.norm1(x)  # the stream itself normalised, once
+        x = x + self.drop_path1(self.ls1(self.attn(x, mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockMLPFirst(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+
+
+class EncoderBlockMLPUnnormalised(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(x)))
+
+
+class EncoderBlockMaskDropped(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))  # mask not passed on
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockLayerScalesSwapped(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls2(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls1(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockLs1Twice(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls1(self.mlp(self.norm2(x))))  # ls1 reused: ls2 is never applied
+
+
+class EncoderBlockLs2Twice(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls2(self.attn(self.norm1(x), mask=mask)))  # ls2 on the attention branch too
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockWithoutLayerScale(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.attn(self.norm1(x), mask=mask))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
+
+
+class EncoderBlockMLPUnscaled(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))  # ls2 forgotten
+
+
+class EncoderBlockOwnDropPath(_BlockParts):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, drop_path=0.0, **options):
+        super().__init__(dim, num_heads, mlp_ratio, drop_path=drop_path, **options)
+        self.rate = drop_path
+
+    def forward(self, x, mask=None):  # a coin drawn in forward, whatever the mode
+        keep = (torch.rand(len(x), 1, 1) >= self.rate).to(x.dtype) / (1 - self.rate) if self.rate else 1.0
+        x = x + keep * self.ls1(self.attn(self.norm1(x), mask=mask))
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
+class EncoderBlockDropPathAroundSum(_BlockParts):
+    def forward(self, x, mask=None):
+        x = self.drop_path1(x + self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return self.drop_path2(x + self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockWithoutDropPath(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x + self.ls1(self.attn(self.norm1(x), mask=mask))
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
+class EncoderBlockResidualDetached(_BlockParts):
+    def forward(self, x, mask=None):
+        x = x.detach() + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockAttentionNoGrad(_BlockParts):
+    def forward(self, x, mask=None):
+        with torch.no_grad():
+            branch = self.attn(self.norm1(x), mask=mask)
+        x = x + self.drop_path1(self.ls1(branch))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+class EncoderBlockPlusEquals(_BlockParts):
+    def forward(self, x, mask=None):
+        x += self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))  # changes the caller's tensor
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("names", "names", BLOCK_NAMES, MLPNamedLinear1Linear2),
+    ("no_bias", "names", BLOCK_NO_BIAS, MLPWithoutBias),
+    ("relu", "output", "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()", MLPWithReLU),
+    ("tanh", "output", "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() "
+     "(approximate='none')", MLPWithTanhGELU),
+    ("no_activation", "output", "there is no activation between fc1 and fc2: add nn.GELU()", MLPWithoutActivation),
+    ("residual_inside", "output", "the input is added to the MLP's output: the residual belongs to the encoder block, "
+     "the MLP returns fc2's output alone", MLPWithResidual),
+    ("act_after_fc2", "output", "the activation is applied after fc2 as well (or only there): it goes between fc1 "
+     "and fc2", MLPActivationAfterFc2),
+    ("functional", "dropout", MLP_EVAL, MLPFunctionalDropout),
+    ("no_dropout", "dropout", MLP_TRAIN, MLPWithoutDropout),
+    ("no_drop2", "dropout", BLOCK_NO_DROP2, MLPWithoutDrop2),
+    ("drop_before_act", "dropout", BLOCK_NO_DROP2, MLPDropoutBeforeActivation),
+    ("one_dropout", "dropout", BLOCK_ONE_DROPOUT, MLPOneDropout),
+    ("detach", "gradient", CUT_AT, MLPHiddenDetached),
+    ("no_grad", "gradient", CUT_AT, MLPNoGrad),
+    ("clamp_", "inputs", IN_PLACE, MLPClampsInputInPlace),
+]]
+SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("eps_parameter", "names", BLOCK_EPS_PARAMETER, LayerNormEpsParameter),
+    ("plain_tensors", "parameters", PLAIN_TENSOR, LayerNormPlainTensors),
+    ("no_parameters", "parameters", PLAIN_TENSOR, LayerNormWithoutParameters),
+    ("random_start", "parameters", NEW_NORM, LayerNormRandomStart),
+    ("unbiased", "output", "this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, "
+     "`x.var(-1, unbiased=False)`", LayerNormUnbiased),
+    ("eps_outside", "output", "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + "
+     "eps)", LayerNormEpsOutsideSqrt),
+    ("not_affine", "output", "weight and bias are not applied: scale by `weight` and shift by `bias` at the end",
+     LayerNormNotAffine),
+    ("eps_ignored", "output", "eps seems ignored or hard-coded: use the eps given to the constructor",
+     LayerNormFixedEps),
+    ("over_batch", "output", f"the mean and variance are taken over the batch axis (axis 0), across samples: "
+     f"{LN_WRONG_AXIS}", LayerNormOverBatch),
+    ("over_tokens", "output", f"the mean and variance are taken over the token axis (-2), across the tokens: "
+     f"{LN_WRONG_AXIS}", LayerNormOverTokens),
+    ("over_tokens_and_features", "output", "the mean and variance are taken over a whole sequence, tokens and features "
+     f"together: {LN_WRONG_AXIS}", LayerNormOverTokensAndFeatures),
+    ("whole_tensor", "output", f"the mean and variance are taken over the whole tensor: {LN_WRONG_AXIS}",
+     LayerNormOverWholeTensor),
+    ("no_bias", "output", "the bias is not added: scale by `weight`, then shift by `bias`", LayerNormWithoutBias),
+    ("mean_of_squares", "output", "the variance is the mean of x squared, E[x^2]: take it of the centred x, "
+     "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)", LayerNormMeanOfSquares),
+    ("by_variance", "output", f"this divides by the variance, var + eps, not its square root: {LN_SPREAD}",
+     LayerNormDividedByVariance),
+    ("by_sqrt_std", "output", "this divides by the square root of the standard deviation (a square root taken twice, "
+     f"or sqrt of x.std()): {LN_SPREAD}, or x.std(-1, unbiased=False) itself", LayerNormDividedBySqrtStd),
+    ("only_centred", "output", f"x is centred but not divided by its spread: {LN_SPREAD}", LayerNormOnlyCentred),
+    ("torch_default", "eps", "the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and "
+     "timm's value; PyTorch's default is 1e-5)", LayerNormTorchDefault),
+    ("mean_detached", "gradient", CUT_AT, LayerNormMeanDetached),
+    ("weight_data", "gradient", CUT_AT, LayerNormWeightData),
+    ("x_minus_mean", "inputs", IN_PLACE, LayerNormCentresInPlace),
+]]
+SLIPS += [Slip("DropPath", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("in_eval", "eval", BLOCK_IN_EVAL, DropPathInEval),
+    ("elementwise", "training", BLOCK_ELEMENTWISE, DropPathElementwise),
+    ("one_coin", "training", BLOCK_ONE_COIN, DropPathOneCoin),
+    ("not_scaled", "training", UNBIASED, DropPathNotScaled),
+    ("times_keep", "training", NO_MULTIPLY, DropPathTimesKeep),
+    ("keep_is_p", "training", KEEP_IS_P, DropPathKeepsWithP),
+    ("mask_3d", "training", BLOCK_MASK_3D, DropPathMask3D),
+    ("detach", "gradient", CUT_AT, DropPathDetached),
+    ("mul_", "inputs", IN_PLACE, DropPathMultipliesInPlace),
+    ("drop_prob", "p", BLOCK_DROP_PROB, DropPathNamedDropProb),
+]]
+SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
+    ("ln1", "names", BLOCK_LN1, EncoderBlockNamedLn1),
+    ("post_norm", "output", "this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
+     "attn(norm1(x)); x = x + mlp(norm2(x))", EncoderBlockPostNorm),
+    ("no_residual", "output", "the residual connection around attention is missing: x = x + attn(norm1(x))",
+     EncoderBlockWithoutAttentionResidual),
+    ("parallel", "output", "both branches read the same x (a parallel block): the MLP reads the x updated by "
+     "attention, x = x + attn(norm1(x)); x = x + mlp(norm2(x))", EncoderBlockParallel),
+    ("no_mask", "mask", "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
+     EncoderBlockMaskDropped),
+    ("qkv_bias", "options", BLOCK_QKV_BIAS, EncoderBlockIgnoresQkvBias),
+    ("swap_ls", "options", f"ls1 and ls2 are swapped: {LS_WIRING}", EncoderBlockLayerScalesSwapped),
+    ("ls1_twice", "options", f"ls1 is used in the MLP branch too (ls2 is never applied): {LS_WIRING}, "
+     "x = x + drop_path2(ls2(mlp(norm2(x))))", EncoderBlockLs1Twice),
+    ("ls2_twice", "options", f"ls2 is used in the attention branch too (ls1 is never applied): {LS_WIRING}, "
+     "x = x + drop_path1(ls1(attn(norm1(x))))", EncoderBlockLs2Twice),
+    ("ls_not_applied", "options", "LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the "
+     "MLP branch", EncoderBlockWithoutLayerScale),
+    ("mlp_unscaled", "options", "ls2 is not applied to the MLP branch: x = x + drop_path2(ls2(mlp(norm2(x))))",
+     EncoderBlockMLPUnscaled),
+    ("eval_random", "options", EVAL_RANDOM, EncoderBlockOwnDropPath),
+    ("around_sum", "drop_path", "DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
+     "drop_path1(ls1(attn(norm1(x))))", EncoderBlockDropPathAroundSum),
+    ("ignored", "drop_path", BLOCK_IGNORED, EncoderBlockWithoutDropPath),
+    ("residual_detached", "gradient", CUT_AT, EncoderBlockResidualDetached),
+    ("attn_no_grad", "gradient", CUT_AT, EncoderBlockAttentionNoGrad),
+    ("plus_equals", "inputs", IN_PLACE, EncoderBlockPlusEquals),
+    ("torch_default", "eps", EPS_DEFAULT, EncoderBlockTorchDefaultEps),
+    ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, EncoderBlockWithoutProjDrop),
+    ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, EncoderBlockWithoutAttnDrop),
+    ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, EncoderBlockMLPWithoutDrop),
+    ("shared_norm", "output", "the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
+     "before the MLP", EncoderBlockSharedNorm),
+    ("norm_in_residual", "output", "the residual adds the normalised x: add the branch to x itself, x = x + "
+     "attn(norm1(x))", EncoderBlockAddsNormalisedX),
+    ("no_mlp_residual", "output", "the residual connection around the MLP is missing: x = x + mlp(norm2(x))",
+     EncoderBlockWithoutMLPResidual),
+    ("no_residuals", "output", "both residual connections are missing: x = x + attn(norm1(x)); x = x + "
+     "mlp(norm2(x))", EncoderBlockWithoutResiduals),
+    ("mlp_first", "output", "the MLP comes before attention: attention first, then the MLP", EncoderBlockMLPFirst),
+    ("residual_normalised", "output", "the residual stream is the normalised x: normalise only the branch's input, "
+     "x = x + attn(norm1(x))", EncoderBlockNormalisedStream),
+    ("mlp_unnormalised", "output", "the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))",
+     EncoderBlockMLPUnnormalised),
+]]
+
+
+# the accepted variants
 class MLPErf(nn.Module):
     def __init__(self, dim, hidden_dim, drop=0.0):
         super().__init__()
@@ -377,8 +1085,8 @@ class LayerNormF(ref.LayerNorm):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
 
-class DropPathTimm(ref.DropPath):
-    """The statement's constructor, timm's forward (a floored uniform draw as the mask)."""
+class DropPathTimm(_DropPathParts):
+    """timm's forward (a floored uniform draw as the mask)."""
 
     def forward(self, x):
         if self.p == 0.0 or not self.training:
@@ -388,302 +1096,57 @@ class DropPathTimm(ref.DropPath):
         return x.div(keep) * mask
 
 
-class _MLP(ref.MLP):
-    """The reference MLP with one slip, ``slip`` (None: none)."""
-
-    slip = None
-
-    def __init__(self, dim, hidden_dim, drop=0.0):
-        super().__init__(dim, hidden_dim, drop)
-        if self.slip == "no_bias":
-            self.fc1, self.fc2 = nn.Linear(dim, hidden_dim, bias=False), nn.Linear(hidden_dim, dim, bias=False)
-        if self.slip == "names":
-            self.linear1, self.linear2 = self.fc1, self.fc2
-            del self.fc1, self.fc2
-        if self.slip == "one_dropout":  # one module `drop` for both places (the statement names two)
-            del self.drop1, self.drop2
-            self.drop = nn.Dropout(drop)
+class DropPathWhere(_DropPathParts):
+    """No scaling factor multiplied in: torch.where keeps x / (1 - p) or gives 0, per sample."""
 
     def forward(self, x):
-        slip = self.slip
-        if slip == "in_place":
-            x.clamp_(-3, 3)
-        hidden = self.fc1(x).detach() if slip == "detach" else self.fc1(x)
-        act = {"relu": F.relu, "tanh": lambda h: F.gelu(h, approximate="tanh"), "no_act": nn.Identity()}.get(
-            slip, self.act)
-        drop1, drop2 = {"one_dropout": (getattr(self, "drop", None),) * 2, "no_dropout": (nn.Identity(),) * 2,
-                        "no_drop2": (self.drop1, nn.Identity()) if slip == "no_drop2" else None,
-                        "functional": (lambda h: F.dropout(h, self.drop1.p), lambda h: F.dropout(h, self.drop2.p)),
-                        }.get(slip) or (self.drop1, self.drop2)
-        if slip == "no_grad":
-            with torch.no_grad():
-                return drop2(self.fc2(drop1(act(hidden))))
-        out = drop2(self.fc2(act(drop1(hidden)) if slip == "drop_before_act" else drop1(act(hidden))))
-        out = act(out) if slip == "act_after_fc2" else out
-        return x + out if slip == "residual_inside" else out
-
-
-def _mlp(slip):
-    return type("MLP", (_MLP,), {"slip": slip})
-
-
-class _LayerNorm(ref.LayerNorm):
-    """The reference LayerNorm with one slip, ``slip``, or wrong ``knobs`` (unbiased, eps_outside, affine, eps,
-    axis)."""
-
-    slip, knobs = None, {}
-
-    def __init__(self, dim, eps=None):
-        super().__init__(dim, (1e-5 if self.slip == "torch_default" else 1e-6) if eps is None else eps)
-        if self.slip == "eps_parameter":
-            self.eps = nn.Parameter(torch.tensor(self.eps))
-        if self.slip in ("plain_tensors", "no_parameters"):
-            del self.weight, self.bias
-        if self.slip == "plain_tensors":
-            self.weight, self.bias = torch.ones(dim), torch.zeros(dim)
-        if self.slip == "random_start":
-            self.weight = nn.Parameter(torch.randn(dim))
-
-    def forward(self, x):
-        knobs, slip = self.knobs, self.slip
-        axis, eps, unbiased = knobs.get("axis", -1), knobs.get("eps", self.eps), knobs.get("unbiased", False)
-        axis = tuple(range(x.ndim)) if axis == "all" else axis
-        mean = x.mean(axis, keepdim=True)
-        mean = mean.detach() if slip == "mean_detached" else mean
-        weight = self.weight.data if slip == "weight_data" else self.weight
-        var = (x * x).mean(axis, keepdim=True) if knobs.get("raw_var") else x.var(axis, unbiased=unbiased, keepdim=True)
-        centred = x.sub_(mean) if slip == "in_place" else x - mean
-        y = centred / (var.sqrt() + eps if knobs.get("eps_outside") else torch.sqrt(var + eps))
-        return y * weight + self.bias * knobs.get("bias", True) if knobs.get("affine", True) else y
-
-
-def _layer_norm(slip=None, **knobs):
-    return type("LayerNorm", (_LayerNorm,), {"slip": slip, "knobs": knobs})
-
-
-class _DropPath(DropPathTimm):
-    """DropPath with one slip, ``slip`` (None: none)."""
-
-    slip = None
-
-    def __init__(self, p=0.0):
-        nn.Module.__init__(self) if self.slip == "no_check" else super().__init__(p)
-        self.p = p
-        if self.slip == "drop_prob":  # p kept as `drop_prob`: the given extra_repr, which reads self.p, raises
-            self.drop_prob = p
-            del self.p
-
-    def forward(self, x):
-        slip, p = self.slip, self.drop_prob if self.slip == "drop_prob" else self.p
-        if p == 0.0 or not (self.training or slip == "in_eval"):
+        if not self.training or self.p == 0.0:
             return x
-        keep = p if slip == "keep_is_p" else 1 - p
-        shape = {"elementwise": x.shape, "mask_3d": (x.shape[0], 1, 1), "one_coin": ()}.get(
-            slip, (x.shape[0],) + (1,) * (x.ndim - 1))
-        mask = (torch.rand(shape) < keep).to(x.dtype) * {"not_scaled": 1.0, "times_keep": 1 - p}.get(slip, 1 / (1 - p))
-        return x.mul_(mask) if slip == "mul_" else (x.detach() if slip == "detach" else x) * mask
-
-
-def _droppath(slip=None):
-    return type("DropPath", (_DropPath,), {"slip": slip})
+        coin = torch.rand(x.shape[0], *(1,) * (x.ndim - 1)) < 1 - self.p
+        return torch.where(coin, x / (1 - self.p), torch.zeros_like(x))
 
 
 class BlockOwnParts(nn.Module):
-    """A block from the learner's own parts (torch's LayerNorm with the statement's eps, timm-style DropPath)."""
+    """Built in timm's order with the options inline, and timm's DropPath forward."""
 
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
                  init_values=None):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.ls1 = ref.LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path1 = DropPathTimm(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = ref.MLP(dim, int(dim * mlp_ratio), drop)
-        self.ls1, self.ls2 = (ref.LayerScale(dim, init_values) if init_values else nn.Identity() for _ in range(2))
-        self.drop_path1, self.drop_path2 = (DropPathTimm(drop_path) for _ in range(2))
+        self.ls2 = ref.LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path2 = DropPathTimm(drop_path)
 
     def forward(self, x, mask=None):
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), mask)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
-class _Block(ref.EncoderBlock):
-    """The reference block with one slip, ``slip`` (None: none)."""
-
-    slip = None
-
-    def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=True, drop=0.0, attn_drop=0.0, drop_path=0.0,
-                 init_values=None):
-        ignored = {"qkv_bias": dict(qkv_bias=True), "init_values": dict(init_values=None),
-                   "drop_path": dict(drop_path=0.0)}.get(self.slip, {})
-        options = dict(qkv_bias=qkv_bias, drop=drop, attn_drop=attn_drop, drop_path=drop_path,
-                       init_values=init_values) | ignored
-        super().__init__(dim, num_heads, mlp_ratio, **options)
-        self.rate = drop_path
-        if self.slip == "eps":
-            self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        if self.slip in ("proj_drop", "attn_drop"):
-            self.attn = ref.MultiHeadAttention(dim, num_heads, qkv_bias=qkv_bias, **{
-                "proj_drop": dict(attn_drop=attn_drop), "attn_drop": dict(proj_drop=drop)}[self.slip])
-        if self.slip == "mlp_drop":
-            self.mlp = ref.MLP(dim, int(dim * mlp_ratio))
-        if self.slip == "ln1":
-            self.ln1 = self.norm1
-            del self.norm1
+class BlockTwoLines(_BlockParts):
+    """The branches named first, then added."""
 
     def forward(self, x, mask=None):
-        slip = self.slip
-        attn = lambda y: self.attn(y, mask=None if slip == "nomask" else mask)  # noqa: E731
-        norm1, norm2, mlp = self.ln1 if slip == "ln1" else self.norm1, self.norm2, self.mlp
-        ls1, ls2 = {"swap_ls": (self.ls2, self.ls1), "no_ls": (nn.Identity(), nn.Identity())}.get(
-            slip, (self.ls1, self.ls2))
-        wired = {  # the wrong wirings: (the attention's update, then the MLP's), each a function of the x it is given
-            "post": (lambda y: norm1(y + attn(y)), lambda y: norm2(y + mlp(y))),
-            "shared": (lambda y: y + attn(norm1(y)), lambda y: y + mlp(norm1(y))),
-            "nores": (lambda y: attn(norm1(y)), lambda y: y + mlp(norm2(y))),
-            "norm_in_residual": (lambda y: norm1(y) + attn(norm1(y)), lambda y: norm2(y) + mlp(norm2(y))),
-            "mlp_first": (lambda y: y + mlp(norm2(y)), lambda y: y + attn(norm1(y))),
-            "residual_normalised": (lambda y: norm1(y) + attn(norm1(y)), lambda y: y + mlp(norm2(y))),
-            "no_mlp_residual": (lambda y: y + attn(norm1(y)), lambda y: mlp(norm2(y))),
-            "no_residuals": (lambda y: attn(norm1(y)), lambda y: mlp(norm2(y))),
-            "mlp_unnormalised": (lambda y: y + attn(norm1(y)), lambda y: y + mlp(y)),
-            "around_sum": (lambda y: self.drop_path1(y + ls1(attn(norm1(y)))),
-                           lambda y: self.drop_path2(y + ls2(mlp(norm2(y))))),
-        }
-        if slip in wired:
-            first, second = wired[slip]
-            return second(first(x))
-        if slip == "parallel":  # both branches read the block's input
-            return x + attn(norm1(x)) + mlp(norm2(x))
-        if slip == "eval_drop_path":
-            keep = (torch.rand(len(x), 1, 1) >= self.rate) / (1 - self.rate) if self.rate else 1.0
-            x = x + keep * attn(norm1(x))
-            return x + mlp(norm2(x))
-        with torch.no_grad() if slip == "attn_no_grad" else contextlib.nullcontext():
-            branch = attn(norm1(x))
-        if slip == "in_place":
-            x += self.drop_path1(ls1(branch))
-        else:
-            x = (x.detach() if slip == "residual_detached" else x) + self.drop_path1(ls1(branch))
-        return x + self.drop_path2(ls2(mlp(norm2(x))))
-
-
-def _block(slip):
-    return type("EncoderBlock", (_Block,), {"slip": slip})
-
-
-SLIPS = [Slip("MLP", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("names", "names", BLOCK_NAMES, _mlp("names")),
-    ("no_bias", "names", BLOCK_NO_BIAS, _mlp("no_bias")),
-    ("relu", "output", "this is the MLP with ReLU: ViT uses the exact GELU, nn.GELU()", _mlp("relu")),
-    ("tanh", "output", "this is the MLP with the tanh approximation of GELU: use the exact one, nn.GELU() "
-     "(approximate='none')", _mlp("tanh")),
-    ("no_activation", "output", "there is no activation between fc1 and fc2: add nn.GELU()", _mlp("no_act")),
-    ("residual_inside", "output", "the input is added to the MLP's output: the residual belongs to the encoder block, "
-     "the MLP returns fc2's output alone", _mlp("residual_inside")),
-    ("act_after_fc2", "output", "the activation is applied after fc2 as well (or only there): it goes between fc1 "
-     "and fc2", _mlp("act_after_fc2")),
-    ("functional", "dropout", MLP_EVAL, _mlp("functional")),
-    ("no_dropout", "dropout", MLP_TRAIN, _mlp("no_dropout")),
-    ("no_drop2", "dropout", BLOCK_NO_DROP2, _mlp("no_drop2")),
-    ("drop_before_act", "dropout", BLOCK_NO_DROP2, _mlp("drop_before_act")),
-    ("one_dropout", "dropout", BLOCK_ONE_DROPOUT, _mlp("one_dropout")),
-    ("detach", "gradient", CUT_AT, _mlp("detach")),
-    ("no_grad", "gradient", CUT_AT, _mlp("no_grad")),
-    ("clamp_", "inputs", IN_PLACE, _mlp("in_place")),
-]]
-SLIPS += [Slip("LayerNorm", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("eps_parameter", "names", BLOCK_EPS_PARAMETER, _layer_norm("eps_parameter")),
-    ("plain_tensors", "parameters", PLAIN_TENSOR, _layer_norm("plain_tensors")),
-    ("no_parameters", "parameters", PLAIN_TENSOR, _layer_norm("no_parameters")),
-    ("random_start", "parameters", NEW_NORM, _layer_norm("random_start")),
-    ("unbiased", "output", "this uses the unbiased variance (divides by dim - 1): LayerNorm uses the biased one, "
-     "`x.var(-1, unbiased=False)`", _layer_norm(unbiased=True)),
-    ("eps_outside", "output", "eps is added to the standard deviation: it belongs inside the square root, sqrt(var + "
-     "eps)", _layer_norm(eps_outside=True)),
-    ("not_affine", "output", "weight and bias are not applied: scale by `weight` and shift by `bias` at the end",
-     _layer_norm(affine=False)),
-    ("eps_ignored", "output", "eps seems ignored or hard-coded: use the eps given to the constructor",
-     _layer_norm(eps=1e-5)),
-    ("axis", "output", "the mean and variance are taken over the wrong axis: normalise each token over its own "
-     "features, the last axis", _layer_norm(axis=0)),
-    ("whole_tensor", "output", "the mean and variance are taken over the whole tensor: normalise each token over "
-     "its own features, x.mean(-1, keepdim=True)", _layer_norm(axis="all")),
-    ("no_bias", "output", "the bias is not added: scale by `weight`, then shift by `bias`", _layer_norm(bias=False)),
-    ("mean_of_squares", "output", "the variance is the mean of x squared, E[x^2]: take it of the centred x, "
-     "((x - mean) ** 2).mean(-1), or x.var(-1, unbiased=False)", _layer_norm(raw_var=True)),
-    ("torch_default", "eps", "the default eps is not 1e-6: write the signature LayerNorm(dim, eps=1e-6) (ViT's and "
-     "timm's value; PyTorch's default is 1e-5)", _layer_norm("torch_default")),
-    ("mean_detached", "gradient", CUT_AT, _layer_norm("mean_detached")),
-    ("weight_data", "gradient", CUT_AT, _layer_norm("weight_data")),
-    ("x_minus_mean", "inputs", IN_PLACE, _layer_norm("in_place")),
-]]
-SLIPS += [Slip("DropPath", name, rule, hint, _droppath(name)) for name, rule, hint in [
-    ("in_eval", "eval", BLOCK_IN_EVAL),
-    ("elementwise", "training", BLOCK_ELEMENTWISE),
-    ("one_coin", "training", BLOCK_ONE_COIN),
-    ("not_scaled", "training", UNBIASED),
-    ("times_keep", "training", NO_MULTIPLY),
-    ("keep_is_p", "training", KEEP_IS_P),
-    ("mask_3d", "training", BLOCK_MASK_3D),
-    ("no_check", "error", BLOCK_NO_CHECK),
-    ("detach", "gradient", CUT_AT),
-    ("mul_", "inputs", IN_PLACE),
-    ("drop_prob", "p", BLOCK_DROP_PROB),
-]]
-SLIPS += [Slip("EncoderBlock", name, rule, hint, impl) for name, rule, hint, impl in [
-    ("ln1", "names", BLOCK_LN1, _block("ln1")),
-    ("post_norm", "output", "this is a post-norm block (norm after the residual sum): ViT normalises first, x = x + "
-     "attn(norm1(x)); x = x + mlp(norm2(x))", _block("post")),
-    ("no_residual", "output", "the residual connection around attention is missing: x = x + attn(norm1(x))",
-     _block("nores")),
-    ("parallel", "output", "both branches read the same x (a parallel block): the MLP reads the x updated by "
-     "attention, x = x + attn(norm1(x)); x = x + mlp(norm2(x))", _block("parallel")),
-    ("no_mask", "mask", "the mask seems not to reach the attention: pass it on, self.attn(..., mask=mask)",
-     _block("nomask")),
-    ("qkv_bias", "options", BLOCK_QKV_BIAS, _block("qkv_bias")),
-    ("swap_ls", "options", "ls1 and ls2 are swapped: ls1 scales the attention branch, ls2 the MLP branch",
-     _block("swap_ls")),
-    ("around_sum", "drop_path", "DropPath is applied to x + branch: it goes on the residual branch alone, x = x + "
-     "drop_path1(ls1(attn(norm1(x))))", _block("around_sum")),
-    ("ignored", "drop_path", BLOCK_IGNORED, _block("drop_path")),
-    ("residual_detached", "gradient", CUT_AT, _block("residual_detached")),
-    ("attn_no_grad", "gradient", CUT_AT, _block("attn_no_grad")),
-    ("plus_equals", "inputs", IN_PLACE, _block("in_place")),
-    ("torch_default", "eps", EPS_DEFAULT, _block("eps")),
-    ("no_proj_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("proj_drop")),
-    ("no_attn_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("attn_drop")),
-    ("mlp_without_drop", "dropout", BLOCK_NO_PROJ_DROP, _block("mlp_drop")),
-    ("shared_norm", "output", "the same LayerNorm is used twice: the block has two, norm1 before attention and norm2 "
-     "before the MLP", _block("shared")),
-    ("norm_in_residual", "output", "the residual adds the normalised x: add the branch to x itself, x = x + "
-     "attn(norm1(x))", _block("norm_in_residual")),
-    ("no_mlp_residual", "output", "the residual connection around the MLP is missing: x = x + mlp(norm2(x))",
-     _block("no_mlp_residual")),
-    ("no_residuals", "output", "both residual connections are missing: x = x + attn(norm1(x)); x = x + "
-     "mlp(norm2(x))", _block("no_residuals")),
-    ("mlp_first", "output", "the MLP comes before attention: attention first, then the MLP", _block("mlp_first")),
-    ("residual_normalised", "output", "the residual stream is the normalised x: normalise only the branch's input, "
-     "x = x + attn(norm1(x))", _block("residual_normalised")),
-    ("mlp_unnormalised", "output", "the MLP reads x without its LayerNorm: x = x + mlp(norm2(x))",
-     _block("mlp_unnormalised")),
-    ("no_layerscale", "options", NO_LAYERSCALE, _block("init_values")),
-    ("ls_not_applied", "options", "LayerScale is not applied: x = x + drop_path1(ls1(attn(norm1(x)))), and ls2 on the "
-     "MLP branch", _block("no_ls")),
-    ("eval_random", "options", EVAL_RANDOM, _block("eval_drop_path")),
-]]
+        attended = self.drop_path1(self.ls1(self.attn(self.norm1(x), mask=mask)))  # (b, n, D)
+        x = x + attended
+        processed = self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # (b, n, D)
+        return x + processed
 
 
 VARIANTS = [Variant(exercise, name, impl) for exercise, name, impl in [
     ("MLP", "reference", ref.MLP),
     ("MLP", "erf", MLPErf),
-    ("MLP", "knobs", _mlp(None)),
     ("LayerNorm", "reference", ref.LayerNorm),
     ("LayerNorm", "rsqrt", LayerNormRsqrt),
     ("LayerNorm", "functional", LayerNormF),
-    ("LayerNorm", "knobs", _layer_norm()),
     ("DropPath", "reference", ref.DropPath),
     ("DropPath", "timm", DropPathTimm),
-    ("DropPath", "knobs", _droppath()),
+    ("DropPath", "where", DropPathWhere),
     ("EncoderBlock", "reference", ref.EncoderBlock),
     ("EncoderBlock", "own_parts", BlockOwnParts),
-    ("EncoderBlock", "knobs", _block(None)),
+    ("EncoderBlock", "two_lines", BlockTwoLines),
+    ("EncoderBlock", "statement_parts", _BlockParts),
 ]]
