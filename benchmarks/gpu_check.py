@@ -10,13 +10,15 @@ package's dependencies it needs timm and pytest (the parity step); it needs no n
 The steps, each recorded with ``ok``, ``seconds`` and ``error``:
 - notebook 01..09: the solution notebook run top to bottom in a fresh kernel (nbclient), as a learner's "Run all";
   its setup cell must report the GPU. The full check runs them beside the recipes, three at a time.
-- recipe mnist, cifar10, cifar10-gpu: ``python -m vit_course train NAME`` on the device's plan (``recipes.plan``),
-  with ``--recipe-seconds`` as a time budget, so a plan that would not fit the check ends early, decayed, and is
-  recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on the test set; the whole
-  plan's seconds as ``recipes.estimate_seconds`` foresees them and at the pace the run kept.
+- recipe mnist, cifar10, cifar10-gpu, cifar10-fast: ``python -m vit_course train NAME`` on the device's plan
+  (``recipes.plan``), with ``--recipe-seconds`` as a time budget, so a plan that would not fit the check ends
+  early, decayed, and is recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on
+  the test set; the whole plan's seconds as ``recipes.estimate_seconds`` foresees them and at the pace the run kept.
 - precision float16+scaler (what a T4 trains in) and bfloat16: 20 training steps of the cifar10 recipe's model on
   real images in that precision, which must leave a finite, lower loss.
 - parity timm: tests/test_timm.py (our ViT against timm's, weights converted) with the GPU as default device.
+- stability: ``race_stability.py`` on chapter 07's mean-pooled twin at 2e-3 and at the chapter's GPU rate 1e-3, four
+  seeds each (the check's one chapter 07 failure); ok when no run at 1e-3 diverged, every run's line recorded.
 ``--smoke`` shrinks the recipes to one epoch on 512 images; the notebooks run as they are (a CPU's "Run all").
 Writes ``benchmarks/results/gpu_check.json`` (``--out``): device, torch, smoke, data, steps.
 """
@@ -49,7 +51,7 @@ from vit_course.recipes import RECIPES, estimate_seconds, plan, train_recipe
 from vit_course.train import train_step
 
 NOTEBOOKS = sorted((common.ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
-CHECK_RECIPES = ("mnist", "cifar10", "cifar10-gpu")
+CHECK_RECIPES = ("mnist", "cifar10", "cifar10-gpu", "cifar10-fast")
 PRECISIONS = {"float16+scaler": ("fp16", torch.float16), "bfloat16": ("bf16", torch.bfloat16)}
 
 
@@ -161,6 +163,24 @@ def parity(device):
     return work
 
 
+def stability(smoke):
+    """benchmarks/race_stability.py: chapter 07's mean-pooled twin for a minute at its CPU rate (2e-3) and its GPU
+    rate (1e-3), four seeds each (smoke: one 5-second run). ok when no run at the GPU rate diverged."""
+    def work():
+        grid = ["--seconds", "5", "--seeds", "0", "--lr", "1e-3", "--parallel", "1"] if smoke else \
+            ["--seconds", "60", "--seeds", "0", "1", "2", "3", "--lr", "2e-3", "1e-3", "--parallel", "8"]
+        done = subprocess.run([sys.executable, "benchmarks/race_stability.py", "--models", "mean", *grid],
+                              cwd=common.ROOT, capture_output=True, text=True)
+        runs = [line for line in done.stdout.splitlines() if line.startswith("model ")]
+        if done.returncode != 0 or not runs:
+            raise RuntimeError(f"race_stability.py: {done.stdout[-1000:]}{done.stderr[-1000:]}")
+        diverged = [line for line in runs if "lr 0.001 " in line and "became" in line]
+        if diverged:
+            raise RuntimeError("diverged at the GPU rate: " + "; ".join(diverged))
+        return {"runs": runs}
+    return work
+
+
 def commit():
     """The checkout's commit, where git and the history are there (a copy without .git: None)."""
     try:
@@ -186,7 +206,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny recipes, on whatever device is here")
     parser.add_argument("--out", type=Path, default=common.RESULTS / "gpu_check.json")
-    parser.add_argument("--only", nargs="+", choices=["notebook", "recipe", "precision", "parity"],
+    parser.add_argument("--only", nargs="+", choices=["notebook", "recipe", "precision", "parity", "stability"],
                         help="these kinds of step only (default: all)")
     parser.add_argument("--notebooks", nargs="+", metavar="NN", help="these notebooks only, e.g. 01 06")
     parser.add_argument("--recipe-seconds", type=float, default=150, help="time budget of each recipe (full check)")
@@ -195,7 +215,7 @@ def main(argv=None):
     device = pick_device()
     if device.type != "cuda" and not args.smoke:
         parser.error(f"the full check needs a CUDA GPU (this machine's device is {device.type}): add --smoke")
-    kinds = set(args.only or ["notebook", "recipe", "precision", "parity"])
+    kinds = set(args.only or ["notebook", "recipe", "precision", "parity", "stability"])
     started = time.perf_counter()
     record = {"device": torch.cuda.get_device_name() if device.type == "cuda" else device.type,
               "torch": str(torch.__version__), "python": platform.python_version(), "smoke": args.smoke,
@@ -217,10 +237,12 @@ def main(argv=None):
             steps += [step("precision", label, precision_steps(label, device)) for label in PRECISIONS]
         if "parity" in kinds:
             steps.append(step("parity", "timm", parity(device)))
+        if "stability" in kinds:
+            steps.append(step("stability", "chapter 07's twin", stability(args.smoke)))
         if args.smoke and "notebook" in kinds:
             steps += [step("notebook", p.name[:2], notebook(p, device)) for p in chosen]
         steps += [future.result() for future in pending]
-    order = ["notebook", "recipe", "precision", "parity"]
+    order = ["notebook", "recipe", "precision", "parity", "stability"]
     record["steps"] = sorted(steps, key=lambda s: (order.index(s["kind"]), s["name"]))
     record["seconds"] = round(time.perf_counter() - started, 1)
     write_json(args.out, record)

@@ -260,7 +260,8 @@ def test_gpu_check_smoke_runs_every_kind_of_step_and_records_it(tmp_path):
     assert record["data"] == {"note": "CI", "cifar10": "the course's copy", "cifar10_mean_abs_difference": 0.0}
     steps = {(s["kind"], s["name"]): s for s in record["steps"]}
     assert set(steps) == {("notebook", "01"), ("recipe", "mnist"), ("recipe", "cifar10"), ("recipe", "cifar10-gpu"),
-                          ("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")}
+                          ("recipe", "cifar10-fast"), ("precision", "float16+scaler"), ("precision", "bfloat16"),
+                          ("parity", "timm"), ("stability", "chapter 07's twin")}
     assert all(s["ok"] for s in steps.values()), [s for s in steps.values() if not s["ok"]]
     assert steps[("recipe", "mnist")]["epochs"] == 1 and 0 <= steps[("recipe", "mnist")]["accuracy"] <= 1
     assert steps[("precision", "float16+scaler")]["loss_scale"] > 0
@@ -274,7 +275,8 @@ def test_a_gpu_check_step_that_fails_is_recorded_and_the_check_goes_on():
     assert not failed["ok"] and "ZeroDivisionError" in failed["error"] and failed["seconds"] >= 0
     assert gpu_check.step("parity", "timm", lambda: {"pytest": "15 passed"})["ok"]
     full = ({("notebook", p.name[:2]) for p in gpu_check.NOTEBOOKS} | {("recipe", r) for r in gpu_check.CHECK_RECIPES}
-            | {("precision", p) for p in gpu_check.PRECISIONS} | {("parity", "timm")})
+            | {("precision", p) for p in gpu_check.PRECISIONS}
+            | {("parity", "timm"), ("stability", "chapter 07's twin")})
     assert full == set(results.GPU_STEPS), "the results page's list of a full run's steps and gpu_check's differ"
 
 
@@ -298,11 +300,15 @@ def test_race_stability_reports_the_step_where_a_run_diverged_and_what_a_finite_
 
 
 def test_the_committed_gpu_check_is_a_full_run_on_a_gpu_and_each_failed_step_says_why():
-    """The record on the results page: every step of a full run (not --smoke) on a CUDA GPU; a step that failed
-    keeps its error, whose last line the page shows (tools.results.gpu_check)."""
+    """The record on the results page: a full run (not --smoke) on a CUDA GPU; a step that failed keeps its error,
+    whose last line the page shows (tools.results.gpu_check); a step the record lacks (one added to the check since
+    it ran) is named on the page."""
     record = json.loads((BENCHMARKS / "results" / "gpu_check.json").read_text())
     assert not record["smoke"] and record["device"] != "cpu"
-    assert {(s["kind"], s["name"]) for s in record["steps"]} == set(results.GPU_STEPS)
+    ran = {(s["kind"], s["name"]) for s in record["steps"]}
+    assert ran <= set(results.GPU_STEPS)
+    where, _ = results.gpu_check()
+    assert all(f"{kind} {name}" in where for kind, name in set(results.GPU_STEPS) - ran), where
     assert all(s["ok"] or s.get("error", "").strip() for s in record["steps"])
     _, rows = results.gpu_check()
     assert all(row[3].startswith("failed: ") == (row[1] == "no") for row in rows)

@@ -170,8 +170,9 @@ def seeds_table(results=BENCHMARKS):
 
 GPU_HEADER = ["step", "ok", "seconds", "what it did"]
 GPU_STEPS = ([("notebook", f"{n:02d}") for n in range(1, 10)]  # the steps of a full run of benchmarks/gpu_check.py
-             + [("recipe", name) for name in ("mnist", "cifar10", "cifar10-gpu")]
-             + [("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")])
+             + [("recipe", name) for name in ("mnist", "cifar10", "cifar10-gpu", "cifar10-fast")]
+             + [("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")]
+             + [("stability", "chapter 07's twin")])
 
 
 def gpu_check(results=BENCHMARKS):
