@@ -156,3 +156,85 @@ def test_help_says_how_cells_are_counted(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "In [n] is the number Jupyter shows beside a code cell" in text
     assert "pytest --nbval-lax calls the same cell 'Cell n-1'" in text
+
+
+# ---- optional exercises: skipped as the chapter allows is "skipped", not ✘ (nor ✔ on the course's version) ------
+
+LN_STUB = ("class LayerNorm(nn.Module):\n    def __init__(self, dim, eps=1e-6):\n        super().__init__()\n"
+           "        # YOUR CODE HERE\n        raise NotImplementedError(\"LayerNorm\")")
+DROP_PATH_STUB = ("class DropPath(nn.Module):\n    def __init__(self, p=0.0):\n        super().__init__()\n"
+                  "        # YOUR CODE HERE\n        raise NotImplementedError(\"DropPath\")")
+MLP = ("class MLP(nn.Module):\n    def __init__(self, dim, hidden_dim, drop=0.0):\n        super().__init__()\n"
+       "        self.fc1, self.act, self.drop1 = nn.Linear(dim, hidden_dim), nn.GELU(), nn.Dropout(drop)\n"
+       "        self.fc2, self.drop2 = nn.Linear(hidden_dim, dim), nn.Dropout(drop)\n\n"
+       "    def forward(self, x):\n        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))")
+
+
+def chapter_03(path, layer_norm=LN_STUB, drop_path=DROP_PATH_STUB):
+    return notebook(path, "# 03", "from torch import nn\nfrom vit_course import checks",
+                    "# 3.1\n\n### Exercise 3.1: MLP (★☆☆, ~10 min)", MLP, "checks.MLP(MLP)",
+                    "# 3.2\n\n### Exercise 3.2 (optional): LayerNorm (★☆☆, ~10 min)", layer_norm,
+                    "checks.LayerNorm(LayerNorm)", "y = LayerNorm(8)(x)  # the cell after the check, skipped too",
+                    "# 3.3\n\n### Exercise 3.3 (optional): DropPath (★★☆, ~10 min)", drop_path,
+                    "checks.DropPath(DropPath)")
+
+
+def test_optional_exercises_left_as_the_chapter_allows_are_skipped(tmp_path, capsys):
+    """Chapter 03: LayerNorm's stub left in place (was ✘ "not done yet"), DropPath replaced by the course's, as
+    the statement says to (was ✔, the check passing on the reference)."""
+    path = chapter_03(tmp_path / "03.ipynb", drop_path="from vit_course import DropPath")
+    assert grade.main([str(path), "--timeout", "120"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "✔ MLP (In [3])",
+        "– LayerNorm (In [5]): skipped (optional): its stub still raises NotImplementedError",
+        "– DropPath (In [8]): skipped (optional): the course's DropPath is imported in its place",
+        "1 of 1 exercises pass; 2 optional skipped"]
+
+
+def test_a_written_optional_exercise_is_graded_and_a_skipped_stub_is_named_when_later_code_calls_it(monkeypatch,
+                                                                                                     tmp_path, capsys):
+    path = notebook(tmp_path / "03.ipynb", "from vit_course import checks",
+                    "# 3.2\n\n### Exercise 3.2 (optional): LayerNorm (★☆☆, ~10 min)",
+                    "class LayerNorm(nn.Module):\n    pass", "checks.LayerNorm(LayerNorm)",
+                    "# 3.3\n\n### Exercise 3.3 (optional): DropPath (★★☆, ~10 min)", DROP_PATH_STUB,
+                    "checks.DropPath(DropPath)",
+                    "# 3.4\n\n### Exercise 3.4: EncoderBlock (★★☆, ~20 min)",
+                    "class EncoderBlock(nn.Module):\n    def __init__(self):\n        self.drop_path1 = DropPath(0.1)",
+                    "checks.EncoderBlock(EncoderBlock)")
+    failures = {3: ("CheckFailed", "LayerNorm: wrong output: largest difference 2"),
+                6: ("CheckFailed", "DropPath: not done yet: DropPath. Replace `raise NotImplementedError` in the "
+                                   "DropPath cell with your code, run that cell, then run this check again."),
+                9: ("CheckFailed", "EncoderBlock: not done yet: DropPath (EncoderBlock uses it). Replace ...")}
+
+    def fake_execute(nb, folder, timeout=None, kernel=None):
+        for i, cell in enumerate(nb.cells):
+            cell.execution_count = i + 1
+            if i in failures:
+                cell.outputs = [nbformat.from_dict(error(*failures[i]))]
+
+    monkeypatch.setattr(grade, "execute", fake_execute)
+    assert grade.main([str(path)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "✘ LayerNorm (In [4]): wrong output: largest difference 2",  # written, wrong: graded like any exercise
+        "– DropPath (In [7]): skipped (optional): its stub still raises NotImplementedError",
+        "✘ EncoderBlock (In [10]): not done yet: DropPath (EncoderBlock uses it). Replace ...",
+        "    probably caused by an optional exercise you skipped: this exercise's code calls your DropPath (In [7]), "
+        "whose stub still raises; write it, or use the course's: `from vit_course import DropPath`",
+        "0 of 2 exercises pass; 1 optional skipped"]
+
+
+def test_only_optional_exercises_can_be_skipped_and_only_as_the_chapter_allows():
+    nb = executed(("from vit_course import MLP", []),
+                  ("checks.MLP(MLP)", [stream("✔ MLP: passed\n")]),
+                  ("class DropPath:\n    pass", []),
+                  ("checks.DropPath(DropPath)", [stream("✔ DropPath: passed\n")]))
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("### Exercise 3.3 (optional): DropPath (★★☆, ~10 min)"))
+    assert grade.optional_exercises(nb) == {"DropPath"}
+    assert grade.imports_reference(nb, 0, 2, "MLP")  # imported, but MLP is not optional: grade() never asks
+    assert grade.skipped(nb, 4, "DropPath", 3, True, "") is None  # the learner's own DropPath passed: graded ✔
+    assert grade.skipped(nb, 4, "DropPath", 3, False, "wrong output") is None  # and failed: ✘
+    assert grade.skipped(nb, 4, "DropPath", 3, False, "not done yet: EncoderBlock. Replace ...") is None
+    assert grade.skipped(nb, 4, "DropPath", 3, False, "not done yet: DropPath. Replace ...") == (
+        "its stub still raises NotImplementedError")
+    nb.cells[3].source = "import vit_course\nDropPath = vit_course.DropPath"
+    assert grade.skipped(nb, 4, "DropPath", 3, True, "") == "the course's DropPath is imported in its place"

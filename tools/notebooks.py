@@ -27,11 +27,23 @@ import nbformat
 from vit_course.files import write_text
 from vit_course.kernel import ROOT, TIMEOUT, run
 
-REPO_URL = "https://github.com/vit-course/vit-from-scratch"
+REPO_URL = "https://github.com/vit-course/vit-from-scratch"  # a fork changes this line (README: publishing)
 BRANCH = "main"
-# Where the built book (`make book`: book/_build/html) is served, by GitHub Pages from REPO_URL. A student notebook
-# opens on Colab or a laptop, without the repository beside it: its links to the book's pages point here.
-BOOK_URL = "https://vit-course.github.io/vit-from-scratch"
+# Where the built book (`make book`: book/_build/html) is served: GitHub Pages of REPO_URL, published by
+# .github/workflows/book.yml on every push to main. None: derived from REPO_URL, https://OWNER.github.io/REPO;
+# set a URL here for a custom domain. A student notebook opens on Colab or a laptop, without the repository beside
+# it: its links to the book's pages point here.
+BOOK_URL_OVERRIDE = None
+
+
+def pages_url(repo_url):
+    """GitHub Pages' address of a repository: https://github.com/OWNER/REPO -> https://owner.github.io/REPO."""
+    owner, repo = repo_url.removeprefix("https://github.com/").removesuffix(".git").strip("/").split("/")
+    site = f"{owner.lower()}.github.io"
+    return f"https://{site}" if repo.lower() == site else f"https://{site}/{repo}"  # a user site: at the root
+
+
+BOOK_URL = BOOK_URL_OVERRIDE or pages_url(REPO_URL)
 BOOK_LINK = re.compile(r"\]\(\.\./book/([\w/-]+)\.md(#[\w-]*)?\)")  # ](../book/recipes.md#anchor)
 
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"

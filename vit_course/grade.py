@@ -2,10 +2,12 @@
 
 Runs the notebook top to bottom in a fresh kernel (going on after errors, stopping after its last check
 cell) and prints one line per exercise check cell: ✔ or ✘, the exercise's name and the cell's number as Jupyter
-shows it after "Restart kernel and run all" (``In [n]``). Under a ✘ come what went wrong, what the check tried,
+shows it after "Restart kernel and run all" (``In [n]``). An optional exercise (headed ``### Exercise N.k
+(optional): name``) left as the chapter allows, its stub untouched or the course's version imported in its place,
+is "skipped", not failed. Under a ✘ come what went wrong, what the check tried,
 the likely cause and where in the learner's code, and, when the exercise's code calls an earlier exercise that
-fails its own check, that the failure probably comes from there. Then ``K of N exercises pass``. Exit code 0
-when all pass. The notebook file is left as it was.
+fails its own check, that the failure probably comes from there. Then ``K of N exercises pass`` (skipped ones
+not counted). Exit code 0 when all pass or are skipped. The notebook file is left as it was.
 """
 
 import argparse
@@ -18,6 +20,7 @@ import nbformat
 from .kernel import TIMEOUT, run
 
 CHECK_CALL = re.compile(r"^[^#\n]*?\bchecks\.(\w+)\(", re.M)  # a call outside a comment
+OPTIONAL = re.compile(r"^###\s+Exercise\s+\d+\.\d+\s*\(optional\)\s*:\s*`?(\w+)", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CELL_NUMBERS = ("In [n] is the number Jupyter shows beside a code cell once the notebook has run top to bottom in a "
                 "fresh kernel (Kernel > Restart Kernel and Run All Cells), which is how grade runs it. pytest "
@@ -34,6 +37,34 @@ def check_cells(nb):
         if match:
             found.append((index, match.group(1)))
     return found
+
+
+def optional_exercises(nb):
+    """Names of the exercises a notebook's headings mark optional: ``### Exercise 3.2 (optional): LayerNorm``."""
+    return {name for cell in nb.cells if cell.cell_type == "markdown" for name in OPTIONAL.findall(cell.source)}
+
+
+def imports_reference(nb, since, index, name):
+    """True if the cells of exercise ``name`` import it from the course's package instead of defining it."""
+    code = [cell.source for cell in nb.cells[since:index] if cell.cell_type == "code"]
+    if any(re.search(rf"^(?:class|def)\s+{re.escape(name)}\b", source, re.M) for source in code):
+        return False
+    imported = re.compile(rf"^\s*(?:from\s+vit_course(?:\.\w+)*\s+import\s+[^#\n]*\b{re.escape(name)}\b"
+                          rf"|{re.escape(name)}\s*=\s*vit_course(?:\.\w+)*\.{re.escape(name)}\b)", re.M)
+    return any(imported.search(source) for source in code)
+
+
+def skipped(nb, index, name, since, passed, message):
+    """Why the optional exercise ``name`` (check cell ``index``) counts as skipped, or None if it does not: its
+    stub is untouched (the check says "not done yet" about it), or the course's version was imported instead."""
+    if not passed and message.startswith(f"not done yet: {name}."):
+        return "its stub still raises NotImplementedError"
+    error = cell_error(nb.cells[index])
+    if not passed and error and error[0] == "NotImplementedError" and error[1] in ("", name):
+        return "its stub still raises NotImplementedError"
+    if imports_reference(nb, since, index, name):
+        return f"the course's {name} is imported in its place"
+    return None
 
 
 def lines(text):
@@ -121,13 +152,15 @@ def uses(nb, since, index, name, other):
 
 
 def grade(path, timeout=TIMEOUT, kernel="python3"):
-    """Run the notebook at ``path``; returns [(exercise, cell number, passed, message, earlier)], ``earlier``: the
-    (exercise, cell number) of earlier failing exercises this exercise's code calls."""
+    """Run the notebook at ``path``; returns [(exercise, cell number, passed, message, earlier)]. ``passed``: True,
+    False, or None for an optional exercise skipped (``message`` then says how); ``earlier``: the (exercise, cell
+    number) of earlier failing, or skipped and still unwritten, exercises this exercise's code calls."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     cells = check_cells(nb)
     if not cells:
         return []
+    optional = optional_exercises(nb)
     nb.cells = nb.cells[:cells[-1][0] + 1]  # nothing after the last check can change a verdict
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -136,10 +169,13 @@ def grade(path, timeout=TIMEOUT, kernel="python3"):
     results, since, failed = [], 0, []
     for index, name in cells:
         passed, message = verdict(nb, index, name, since, stopped)
+        why = skipped(nb, index, name, since, passed, message) if name in optional else None
         earlier = [(other, number) for other, number in failed if other != name and uses(nb, since, index, name,
                                                                                             other)]
+        if why:
+            passed, message = None, f"skipped (optional): {why}"
         results.append((name, cell_number(nb, index), passed, message, earlier))
-        if not passed:
+        if passed is False or (why and "NotImplementedError" in why):  # a stub left in place breaks its callers
             failed.append((name, cell_number(nb, index)))
         since = index + 1
     return results
@@ -147,28 +183,39 @@ def grade(path, timeout=TIMEOUT, kernel="python3"):
 
 def report(results):
     """The lines grade prints for ``results``."""
-    out = []
+    out, skipped_names = [], {result[0] for result in results if result[2] is None}
     for name, number, passed, message, earlier in results:
         if passed:
             out.append(f"✔ {name} ({number})")
+            continue
+        if passed is None:
+            out.append(f"– {name} ({number}): {message}")
             continue
         head, *details = message.split("\n") or [""]
         out.append(f"✘ {name} ({number}): {head.strip()}")
         out += [f"    {line.strip()}" for line in details if line.strip()]
         for other, where in earlier:
+            if other in skipped_names:
+                out.append(f"    probably caused by an optional exercise you skipped: this exercise's code calls your "
+                           f"{other} ({where}), whose stub still raises; write it, or use the course's: "
+                           f"`from vit_course import {other}`")
+                continue
             out.append(f"    probably caused by an earlier exercise: your {other} ({where}) fails its check and "
                        f"this exercise's code calls it; fix {other} first")
-    passing = sum(result[2] for result in results)
-    return out + [f"{passing} of {len(results)} exercises pass"]
+    graded = [result for result in results if result[2] is not None]
+    passing = sum(bool(result[2]) for result in graded)
+    left = len(results) - len(graded)
+    return out + [f"{passing} of {len(graded)} exercises pass" + (f"; {left} optional skipped" if left else "")]
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m vit_course grade", description="Run a notebook in a fresh kernel and say which exercises "
-        "pass their checks: one line per check cell, ✔ or ✘, the exercise and its cell as Jupyter numbers it "
+        "pass their checks: one line per check cell, ✔ or ✘ (or skipped, for an optional exercise left as the chapter "
+        "allows), the exercise and its cell as Jupyter numbers it "
         "(In [n]); under a ✘ what went wrong, what the check tried, the likely cause, the line of your code, and "
         "whether an earlier exercise that fails is probably the cause; then 'K of N exercises pass'. Exit code 0 "
-        "when all pass, 1 otherwise.",
+        "when all pass or are skipped, 1 otherwise.",
         epilog=f"{CELL_NUMBERS}. The run goes on after errors and stops after the last check cell; the notebook "
                "file is not changed.")
     parser.add_argument("notebook", type=Path,
@@ -194,7 +241,7 @@ def main(argv=None):
     print(f"grading {args.notebook}: running its cells in a fresh kernel ...", file=sys.stderr, flush=True)
     results = grade(args.notebook, args.timeout, args.kernel)
     print("\n".join(report(results)))
-    return 0 if all(result[2] for result in results) else 1
+    return 0 if all(result[2] is not False for result in results) else 1
 
 
 if __name__ == "__main__":

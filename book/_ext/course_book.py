@@ -1,7 +1,9 @@
-"""The course book's Sphinx extension: loads the link, chapter, results and appendix helpers that sit beside it."""
+"""The course book's Sphinx extension: loads the link, chapter, course-map, results and appendix helpers
+beside it."""
 
 import course_chapters
 import course_links
+import course_map
 import course_recipes
 import course_results
 
@@ -9,6 +11,7 @@ import course_results
 def setup(app):
     course_links.setup(app)
     course_chapters.setup(app)
+    course_map.setup(app)
     course_results.setup(app)
     course_recipes.setup(app)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
