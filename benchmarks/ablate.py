@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from common import RESULTS
+from machine import recorded
 
 from vit_course import IMPORTED_AT, recipes
 from vit_course.files import append_run
@@ -54,9 +55,9 @@ def main(argv=None):
         changes[key] = value
     original, recipes.RECIPES[args.name] = recipes.RECIPES[args.name], recipe  # for this run only
     try:
-        metrics = recipes.train_recipe(args.name, out=args.out or f"runs/ablate/{args.name}", seed=args.seed,
-                                       time_budget=args.budget, started=IMPORTED_AT, progress=False,
-                                       threads=args.threads)  # the budget counts from the package's import
+        metrics = recorded(lambda: recipes.train_recipe(  # the budget counts from the package's import
+            args.name, out=args.out or f"runs/ablate/{args.name}", seed=args.seed, time_budget=args.budget,
+            started=IMPORTED_AT, progress=False, threads=args.threads))
     finally:
         recipes.RECIPES[args.name] = original
     run = {"recipe": args.name, "set": changes, "seed": args.seed, "budget": args.budget,

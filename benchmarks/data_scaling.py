@@ -37,11 +37,11 @@ from pathlib import Path
 
 import torch
 from common import RESULTS, distance_ratios, step_times
+from machine import machine
 
 from vit_course import DATASETS, ViT, load
 from vit_course.baselines import small_resnet
 from vit_course.batches import DeviceLoader, cifar_augment, normalize
-from vit_course.device import machine
 from vit_course.files import atomic_write, write_json
 from vit_course.train import evaluate, param_groups, train_step
 

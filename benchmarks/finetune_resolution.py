@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from common import RESULTS, step_times
+from machine import machine
 
 from vit_course import DATASETS, ViT, evaluate, fit, load
 from vit_course.batches import DeviceLoader, cifar_augment
 from vit_course.checkpoint import pretrained_path, read_checkpoint
-from vit_course.device import machine
 from vit_course.files import write_json
 from vit_course.patches import resample_position_embeddings
 from vit_course.recipes import RECIPES

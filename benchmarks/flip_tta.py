@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 from common import RESULTS
+from machine import machine
 
 from vit_course.batches import loaders
 from vit_course.checkpoint import load_checkpoint
-from vit_course.device import machine
 from vit_course.files import append_run
 from vit_course.train import evaluate_flips
 

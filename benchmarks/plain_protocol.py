@@ -17,11 +17,11 @@ import time
 
 import torch
 from common import RESULTS
+from machine import machine
 
 from vit_course import ViT
 from vit_course.augment import mix_batch
 from vit_course.batches import cifar_augment, loaders
-from vit_course.device import machine
 from vit_course.files import write_json
 from vit_course.recipes import RECIPES
 from vit_course.train import param_groups, train_step

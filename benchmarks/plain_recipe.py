@@ -69,7 +69,7 @@ def speed(rounds=3, steps=4, threads=2):
                 for _ in range(steps):
                     step(name, amp)
                 times.setdefault(f"{name}/{'bf16' if amp else 'fp32'}", []).append((time.perf_counter() - tick) / steps)
-    from vit_course.device import machine
+    from machine import machine
 
     return {"machine": machine(), "threads": threads, "batch_size": 128, "seconds_per_step": times,
             "params": {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()},

@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from common import RESULTS
+from machine import machine
 
 from vit_course import ViT
 from vit_course.batches import AUGMENT, loaders
-from vit_course.device import machine
 from vit_course.files import append_run
 from vit_course.patches import patchify, sincos_position_embedding
 from vit_course.recipes import RECIPES

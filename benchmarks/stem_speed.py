@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 from common import RESULTS, alternated, training_step
+from machine import machine
 
-from vit_course.device import machine
 from vit_course.files import append_run
 from vit_course.recipes import RECIPES
 

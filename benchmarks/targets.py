@@ -17,7 +17,6 @@ budget, so it is recorded with the numbers.
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 from common import RESULTS, wait_for_quiet
+from machine import recorded
 
 from vit_course.files import write_json
 from vit_course.results import one_view_accuracy
@@ -39,17 +39,20 @@ def run_once(name, seed, out):
     """One whole command, timed from outside, once the load of the last one has faded from the load average (which
     the command reads to choose its threads): -> a dict of what the run reports."""
     waited = wait_for_quiet()
-    load = os.getloadavg()[0]
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "vit_course", "train", name, "--seed", str(seed), "--out", str(out),
-                    "--no-progress"], check=True)
+    started, path = time.perf_counter(), Path(out) / "metrics.json"
+
+    def command():
+        subprocess.run([sys.executable, "-m", "vit_course", "train", name, "--seed", str(seed), "--out", str(out),
+                        "--no-progress"], check=True)
+        return json.loads(path.read_text())
+
+    metrics = recorded(command, path)  # the run's metrics.json gets the machine and load too, should it ship
     wall = time.perf_counter() - started
-    metrics = json.loads((Path(out) / "metrics.json").read_text())
     return {"seed": seed, "test_accuracy": metrics["test_accuracy"], "wall_seconds": round(wall, 1),
             "test_accuracy_one_view": one_view_accuracy(metrics),
             "epochs": metrics["epochs"], "precision": metrics.get("precision", "fp32"),
-            "threads": metrics.get("threads"), "load_before": round(load, 2), "waited_seconds": waited,
-            "machine": metrics.get("machine")}
+            "threads": metrics.get("threads"), "load_before": metrics["cpu_load_before"], "waited_seconds": waited,
+            "machine": metrics["machine"]}
 
 
 def summary(name, runs):

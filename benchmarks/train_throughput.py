@@ -19,9 +19,9 @@ import time
 
 import torch
 from common import RESULTS, alternated, seconds_of, training_step
+from machine import machine
 from torch.utils.flop_counter import FlopCounterMode
 
-from vit_course.device import machine
 from vit_course.files import write_json
 from vit_course.recipes import RECIPES
 

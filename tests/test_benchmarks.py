@@ -145,10 +145,44 @@ def test_a_model_at_a_higher_resolution_keeps_its_weights_and_resamples_position
     assert torch.equal(bigger.patch_embed.proj.weight, model.patch_embed.proj.weight)
 
 
+def test_the_lab_describes_the_machine_and_the_tables_show_amx(monkeypatch):
+    """What the CPU is, for the records beside a measurement, is the lab's (benchmarks/machine.py)."""
+    machine = benchmark("machine")
+    for flags, amx in (({"avx512f", "avx512_bf16"}, False), ({"avx512f", "avx512_bf16", "amx_bf16"}, True)):
+        monkeypatch.setattr(machine, "cpu_info", lambda flags=flags: ("Xeon", flags))
+        record = machine.machine()
+        assert record["amx"] is amx and record["bf16"] is True
+        assert results._where(record).endswith(", AMX") is amx, results._where(record)
+    monkeypatch.setattr(machine, "cpu_info", lambda: (None, None))  # no /proc/cpuinfo: unknown
+    assert set(machine.machine()) == {"cpu", "vector_isa", "bf16", "amx", "cores"}
+    assert machine.machine()["amx"] is None and machine.machine()["bf16"] is None
+    assert not hasattr(vit_course.device, "machine") and not hasattr(vit_course.device, "cpu_flags")
+
+
 def fake_run(name, seed, out):  # what targets.run_once returns, without training
     return {"seed": seed, "test_accuracy": [0.991, 0.995, 0.993][seed], "wall_seconds": 290.0 + seed,
             "epochs": 4.5 + seed, "threads": 2, "thread_changes": [], "load_before": 0.1,
             "machine": {"cpu": "Some CPU", "vector_isa": "avx512"}}
+
+
+def test_targets_adds_the_machine_and_the_load_to_the_run_and_to_its_metrics(tmp_path, monkeypatch):
+    """The course's metrics.json says nothing of the machine; targets.py, which runs the command, records where it
+    ran and how busy it was, in its record and in the run's metrics.json (should that run ship)."""
+    targets = benchmark("targets")
+    metrics = {"test_accuracy": 0.99, "epochs": 4.5, "precision": "fp32", "threads": 2}
+
+    def fake_command(argv, check):  # `python -m vit_course train ...` without training
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "metrics.json").write_text(json.dumps(metrics))
+
+    monkeypatch.setattr(targets, "wait_for_quiet", lambda: 0.0)
+    monkeypatch.setattr(targets.subprocess, "run", fake_command)
+    run = targets.run_once("mnist", 0, tmp_path / "run")
+    assert run["machine"]["cores"] > 0 and run["threads"] == 2 and run["test_accuracy"] == 0.99
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert written["machine"] == run["machine"] and set(metrics) < set(written)
+    assert {"cpu_load_before", "cpu_load_after"} < set(written) and run["load_before"] == written["cpu_load_before"]
 
 
 def test_targets_records_every_seed_and_the_readme_table_comes_from_the_file(tmp_path):
@@ -208,7 +242,7 @@ def test_a_variant_of_a_recipe_is_stored_under_its_name_with_its_description(tmp
 
 def test_every_stored_variant_names_its_recipe_and_says_what_it_is():
 
-    variants = measurement("targets")["variants"]
+    variants = results.benchmark_result("targets")["variants"]
     assert len({(v["recipe"], v["name"]) for v in variants}) == len(variants)
     for v in variants:
         assert v["recipe"] in RECIPES and v["description"].strip() and "\n" not in v["description"], v["name"]
@@ -217,10 +251,34 @@ def test_every_stored_variant_names_its_recipe_and_says_what_it_is():
 
 @pytest.mark.parametrize("name", ["data_scaling", "finetune_resolution"])
 def test_the_chapters_read_the_committed_result_of_each_paper_experiment(name):
-    """Chapters 07 and 09 read these files through results.measurement: they exist and come from the script."""
+    """Chapters 07 and 09 read these files through results.measurement (the package's copy of the lab's result):
+    they exist, equal the lab's and come from the script."""
     result = measurement(name)
     assert result == json.loads((BENCHMARKS / "results" / f"{name}.json").read_text())
     assert result["machine"]["cores"] >= 1  # written by the script, which records where it ran
+
+
+def test_the_package_holds_exactly_the_measurements_the_chapters_read_and_the_check_sees_a_stale_one(tmp_path):
+    """vit_course/measurements/ holds a copy of each lab result a chapter's measurement("NAME") reads, byte for byte
+    (`python -m tools.results --check`, which make test runs through tests/test_readme.py); a changed result, a
+    missing copy or a copy no chapter reads is stale, and copying mends all three."""
+    names = results.chapter_measurements()
+    assert {"data_scaling", "finetune_resolution", "plain_findings"} <= set(names)
+    assert results.stale_measurements() == [], "run `python -m tools.results`"
+    lab, package = tmp_path / "lab", tmp_path / "package"
+    lab.mkdir()
+    for name in names:
+        (lab / f"{name}.json").write_bytes((BENCHMARKS / "results" / f"{name}.json").read_bytes())
+    assert results.copy_measurements(lab, package) == [f"{name}.json" for name in names]
+    assert results.stale_measurements(lab, package) == []
+    (lab / "data_scaling.json").write_text('{"runs": []}\n')  # re-recorded in the lab
+    (package / "finetune_resolution.json").unlink()
+    (package / "old.json").write_text("{}")
+    stale = ["data_scaling.json", "finetune_resolution.json", "old.json"]
+    assert results.stale_measurements(lab, package) == stale
+    assert results.copy_measurements(lab, package) == stale and results.stale_measurements(lab, package) == []
+    assert json.loads((package / "data_scaling.json").read_text()) == {"runs": []}
+    assert not (package / "old.json").exists()
 
 
 def test_the_committed_data_scaling_runs_cover_what_chapter_07_reads():
@@ -314,8 +372,10 @@ def test_the_committed_gpu_check_is_a_full_run_on_a_gpu_and_each_failed_step_say
     assert all(row[3].startswith("failed: ") == (row[1] == "no") for row in rows)
 
 
-def test_measurement_of_a_missing_benchmark_names_the_script_that_writes_it():
+def test_a_missing_result_names_the_script_that_writes_it_and_a_missing_measurement_the_tool():
     with pytest.raises(FileNotFoundError, match=r"python benchmarks/no_such\.py"):
+        results.benchmark_result("no_such")
+    with pytest.raises(FileNotFoundError, match=r"no measurement 'no_such' in the package .*python -m tools\.results"):
         measurement("no_such")
 
 
@@ -326,8 +386,7 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
         seen.append(recipes.RECIPES[name])
         one_view = {"test_accuracy_one_view": 0.79} if len(seen) == 2 else {}  # a run with test-time flips
         return {"test_accuracy": 0.8 + len(seen) / 100, "epochs": 15.5, "wall_seconds": 1770.0, "threads": 2,
-                "cpu_load_before": 0.1, "cpu_load_after": 2.0, "machine": {"cpu": "Some CPU"},
-                **one_view}
+                **one_view}  # no machine nor load: the lab adds them (benchmarks/machine.py)
 
     monkeypatch.setattr(recipes, "train_recipe", fake_train)
     before = recipes.RECIPES["cifar10"]
@@ -342,7 +401,8 @@ def test_ablate_records_each_run_with_its_changed_settings_and_leaves_the_recipe
     assert [run["set"] for run in stored["runs"]] == [{}, {"train.amp": "off", "augment.padding": 4}]
     assert [run["test_accuracy"] for run in stored["runs"]] == pytest.approx([0.81, 0.82])
     assert [run["test_accuracy_one_view"] for run in stored["runs"]] == pytest.approx([0.81, 0.79])
-    assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"] == {"cpu": "Some CPU"}
+    assert stored["runs"][1]["budget"] == 1775 and stored["runs"][1]["machine"]["cores"] > 0
+    assert all(isinstance(stored["runs"][1][key], (float, type(None))) for key in ("cpu_load_before", "cpu_load_after"))
     settings = stored["runs"][1]["settings"]  # the whole recipe it trained, not only the changes
     assert settings["train"]["amp"] == "off" and settings["model"]["dim"] == before["model"]["dim"]
     assert "amp" not in stored["runs"][0]["settings"]["train"] and stored["runs"][0]["thread_changes"] == []

@@ -28,8 +28,7 @@ import course_recipes  # noqa: E402
 from course_chapters import COLAB_LINK, fold_solutions, point_book_links, strip_markers  # noqa: E402
 from course_results import format_seconds, read_metrics, results_rows  # noqa: E402
 
-from tools.results import seed_rows  # noqa: E402
-from vit_course.results import measurement  # noqa: E402
+from tools.results import benchmark_result, seed_rows  # noqa: E402
 
 pytestmark = pytest.mark.book
 CHAPTERS = book_build.CHAPTERS
@@ -75,7 +74,7 @@ def test_each_appendix_table_is_rectangular_and_not_empty(name):
 @pytest.mark.parametrize("name, result", [("ablate-mnist", "ablate_mnist"), ("ablate-cifar10", "ablate_cifar10"),
                                           ("flip-tta", "flip_tta")])
 def test_appendix_tables_follow_the_stored_runs(name, result):
-    runs = measurement(result)["runs"]
+    runs = benchmark_result(result)["runs"]
     header, rows = course_recipes.table(name)
     column = [h for h in header if h in ("test accuracy", "one view")][0]
     assert [row[header.index(column)].split()[0] for row in rows] == [f"{100 * r['test_accuracy']:.2f}%" for r in runs]
@@ -84,7 +83,7 @@ def test_appendix_tables_follow_the_stored_runs(name, result):
 
 def test_the_plain_vit_tables_follow_their_records():
     header, rows = course_recipes.table("plain-findings")
-    runs = measurement("plain_findings")["runs"]
+    runs = benchmark_result("plain_findings")["runs"]
     expected = [(run["recipe"], f"{run['epoch']:g}", f"{100 * run['test_accuracy']:.2f}%") for run in runs]
     assert [(r[0], r[1], r[2]) for r in rows] == expected
     local = header.index("most local head, layers 1-2")
@@ -94,7 +93,7 @@ def test_the_plain_vit_tables_follow_their_records():
 
 
 def test_an_appendix_table_changes_with_its_result():
-    result = measurement("stem_speed")
+    result = benchmark_result("stem_speed")
     _, before = course_recipes.stem_speed(result)
     result["runs"][0].update(first_ms=200.0, speedup=5.362)
     _, after = course_recipes.stem_speed(result)

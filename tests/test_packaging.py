@@ -77,17 +77,18 @@ def test_jupyterlab_runs_and_displays_this_ipywidgets():
 
 
 def test_every_package_folder_is_listed_in_pyproject():
-    """pyproject lists its packages (to map benchmarks/results in): a new subpackage or checkpoint folder must be
-    listed there too, or pip leaves it out."""
+    """pyproject lists its packages: a new subpackage, checkpoint or data folder must be listed there too, or pip
+    leaves it out."""
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(d.relative_to(ROOT).parts) for d in [ROOT / "vit_course", *(ROOT / "vit_course").rglob("*")]
                if d.is_dir() and "__pycache__" not in d.parts}
-    assert folders | {"vit_course.benchmark_results"} == listed, "list new code or checkpoint folders in pyproject"
+    assert folders == listed, "list new code, checkpoint or data folders in pyproject"
 
 
 def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tmp_path):
-    """What pip installs on Colab: the shipped models, and benchmarks/results/*.json as vit_course/benchmark_results;
-    not the maintainers' tools/ (student notebooks, the README's tables), which work on a checkout only."""
+    """What pip installs on Colab: the shipped models, and the measurements the chapters read (vit_course/measurements,
+    package data); not the lab's benchmarks/ nor the maintainers' tools/ (student notebooks, the README's tables),
+    which work on a checkout only."""
     import shutil
     import zipfile
 
@@ -103,8 +104,11 @@ def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tm
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path), str(source)], check=True, capture_output=True)
     names = set(zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist())
-    for path in (ROOT / "benchmarks" / "results").glob("*.json"):
-        assert f"vit_course/benchmark_results/{path.name}" in names
+    measured = sorted((ROOT / "vit_course" / "measurements").glob("*.json"))
+    assert measured, "no measurements in the package: `python -m tools.results` copies them"
+    for path in measured:
+        assert f"vit_course/measurements/{path.name}" in names
+    assert not [n for n in names if n.startswith("benchmarks/") or "benchmark_results" in n]
     for run in PRETRAINED:  # every model load_pretrained offers, chapters 06 to 09 load them on Colab
         assert f"vit_course/checkpoints/{run}/model.pt" in names, f"the wheel lacks the shipped model {run!r}"
     assert "vit_course/cifar10_examples.npz" in names, "the wheel lacks the example images (load_examples)"

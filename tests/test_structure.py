@@ -156,6 +156,76 @@ def test_the_course_reads_no_load_or_process_files():
             assert foreign not in path.read_text(), f"{path.relative_to(PACKAGE)} reads {foreign}"
 
 
+LAB = PACKAGE.parent / "benchmarks"
+
+
+def imports_of_the_lab(package, lab):
+    """The imports in ``package`` (a folder) of the lab: ``benchmarks``, ``tools`` or a script of ``lab`` by its
+    module name (the scripts import each other as ``common``, ``machine``), each as "file:line import"."""
+    foreign = {"benchmarks", "tools"} | {path.stem for path in lab.glob("*.py")}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if any(name.split(".")[0] in foreign for name in names):
+                found.append(f"{path.relative_to(package).as_posix()}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_the_course_never_imports_the_lab():
+    """The course never imports the lab (benchmarks/) nor the maintainers' tools/: a learner's pip install has
+    neither."""
+    assert not imports_of_the_lab(PACKAGE, LAB), imports_of_the_lab(PACKAGE, LAB)
+
+
+def test_the_lab_import_finder_finds_one(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "machine.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("import os\nfrom .device import machine\n\n\ndef f():\n"
+                                            "    from machine import machine\n    import benchmarks.common\n")
+    assert imports_of_the_lab(tmp_path / "pkg", tmp_path / "lab") == [
+        "a.py:6 from machine import machine", "a.py:7 import benchmarks.common"]
+
+
+def test_the_course_reads_no_file_outside_the_package():
+    """Importing the course and reading every measurement a chapter shows opens, lists or globs nothing in the
+    checkout outside vit_course/ (benchmarks/results, tools/, solutions/): what a chapter shows ships as package
+    data, so a pip-installed course reads the same. Watched in a fresh interpreter with an audit hook."""
+    import subprocess
+    import sys
+
+    from tools.results import chapter_measurements
+
+    script = f"""
+import os, sys
+root, package = {str(PACKAGE.parent)!r}, {str(PACKAGE)!r}
+outside = []
+def importing():  # the import system searching sys.path, not the course reading a file
+    frame = sys._getframe(2)
+    while frame is not None and not frame.f_code.co_filename.startswith("<frozen importlib"):
+        frame = frame.f_back
+    return frame is not None
+def watch(event, args):
+    if event in ("open", "os.listdir", "os.scandir", "glob.glob") and args and isinstance(args[0], (str, bytes)) \
+            and not importing():
+        path = os.path.abspath(os.fsdecode(args[0]))
+        inside = [p for p in (package, sys.prefix, sys.base_prefix) if os.path.commonpath([p, path]) == p]
+        if os.path.commonpath([root, path]) == root and not inside:
+            outside.append(event + " " + path)
+sys.addaudithook(watch)
+import vit_course, vit_course.results, vit_course.recipes, vit_course.grade
+for name in {chapter_measurements()!r}:
+    vit_course.results.measurement(name)
+print(outside)
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout[-3000:]
+
+
 def test_fit_takes_at_most_ten_parameters():
     from vit_course import fit
 

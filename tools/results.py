@@ -1,9 +1,11 @@
-"""The README's tables and the book's results page (repository tooling, not installed with the course): generated
-from each shipped run's ``vit_course/checkpoints/NAME/metrics.json`` and from the seed runs of
-``benchmarks/targets.py`` (``benchmarks/results/targets.json``, one entry per variant), so no number is typed twice.
+"""The README's tables, the book's results page and the measurements the chapters read (repository tooling, not
+installed with the course): generated from each shipped run's ``vit_course/checkpoints/NAME/metrics.json``, from the
+seed runs of ``benchmarks/targets.py`` (``benchmarks/results/targets.json``, one entry per variant), and, for the
+chapters, copies of the lab's results they name (``measurement("NAME")`` in ``solutions/*.ipynb``) into the
+package, ``vit_course/measurements/NAME.json``, so no number is typed twice and the course reads only itself.
 
-    python -m tools.results            # rewrite the README's tables from the records
-    python -m tools.results --check    # exit 1 if the README's tables are out of date
+    python -m tools.results            # rewrite the README's tables and the package's measurements
+    python -m tools.results --check    # exit 1 if either is out of date
 """
 
 import argparse
@@ -14,11 +16,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from vit_course.files import write_text
+from vit_course.files import atomic_write, write_text
 from vit_course.kernel import ROOT
-from vit_course.results import BENCHMARKS, accuracy_cell, one_view_accuracy, precision
+from vit_course.results import MEASUREMENTS, accuracy_cell, one_view_accuracy, precision
 
 CHECKPOINTS = ROOT / "vit_course" / "checkpoints"
+BENCHMARKS = ROOT / "benchmarks" / "results"  # each benchmarks/NAME.py writes its NAME*.json there
+SOLUTIONS = ROOT / "solutions"
 RUNS = (("mnist", "MNIST"), ("cifar10", "CIFAR-10"), ("cifar10-plain", "CIFAR-10, paper-style ViT"),
         ("cifar10-plain-basic", "CIFAR-10, paper-style ViT, basic protocol"))
 BOOK_HEADER = ["Run", "Test accuracy", "Training time", "Epochs", "Parameters", "Device", "Precision", "Reproduce with"]
@@ -232,22 +236,70 @@ def readme_with_table(text, checkpoints=CHECKPOINTS, results=BENCHMARKS):
     return _replace_block(text, SEEDS_BEGIN, SEEDS_END, seeds_table(results))
 
 
+def benchmark_result(name, results=BENCHMARKS):
+    """The lab's stored result ``benchmarks/results/NAME.json`` (the book's appendix and these tables read them from
+    the checkout; a chapter reads the package's copy, ``vit_course.results.measurement``). -> the parsed JSON."""
+    path = Path(results) / f"{name}.json"
+    if not path.is_file():
+        scripts = sorted(BENCHMARKS.parent.glob("*.py"), key=lambda p: -len(p.stem))  # NAME_bf16: NAME.py's
+        script = next((p.stem for p in scripts if name.startswith(p.stem)), name)
+        raise FileNotFoundError(f"no {name}.json in {results}: `python benchmarks/{script}.py` writes it "
+                                f"(benchmarks/README.md)")
+    return json.loads(path.read_text())
+
+
+def chapter_measurements(solutions=SOLUTIONS):
+    """The names of the results the chapters read, ``measurement("NAME")`` in ``solutions/*.ipynb``, sorted."""
+    pattern = re.compile(r"""\bmeasurement\(\s*\\?["'](\w+)\\?["']""")
+    return sorted({name for path in Path(solutions).glob("*.ipynb") for name in pattern.findall(path.read_text())})
+
+
+def stale_measurements(results=BENCHMARKS, package=MEASUREMENTS, solutions=SOLUTIONS):
+    """What differs between the package's measurements and the lab's results the chapters read: file names missing,
+    different or left over in ``package`` (empty when up to date)."""
+    wanted = {f"{name}.json" for name in chapter_measurements(solutions)}
+    have = {path.name for path in Path(package).glob("*.json")}
+    differ = [name for name in sorted(wanted) if name not in have
+              or (Path(package) / name).read_bytes() != (Path(results) / name).read_bytes()]
+    return differ + sorted(have - wanted)
+
+
+def copy_measurements(results=BENCHMARKS, package=MEASUREMENTS, solutions=SOLUTIONS):
+    """Make ``package`` hold exactly the lab's results the chapters read, byte for byte. -> the names changed."""
+    changed = stale_measurements(results, package, solutions)
+    wanted = {f"{name}.json" for name in chapter_measurements(solutions)}
+    for name in changed:
+        if name in wanted:
+            benchmark_result(Path(name).stem, results)  # a missing result names the script that writes it
+            data = (Path(results) / name).read_bytes()
+            atomic_write(Path(package) / name, lambda f, data=data: f.write(data))
+        else:
+            (Path(package) / name).unlink()
+    return changed
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tools.results", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README's table is out of date")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if the README's tables or the package's measurements are out of date")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
     args = parser.parse_args(argv)
     text = args.readme.read_text()
     new = readme_with_table(text)
     if args.check:
+        stale = stale_measurements()
         if new != text:
             print(f"{args.readme}: the results table is out of date: run `python -m tools.results`",
                   file=sys.stderr)
-            return 1
-        return 0
+        if stale:
+            print(f"{MEASUREMENTS}: {', '.join(stale)} differ from benchmarks/results or the chapters' "
+                  f"measurement(...) calls: run `python -m tools.results`", file=sys.stderr)
+        return int(new != text or bool(stale))
     if new != text:
         write_text(args.readme, new)
         print(f"wrote the results table of {args.readme}")
+    for name in copy_measurements():
+        print(f"updated {MEASUREMENTS.relative_to(ROOT) / name}")
     return 0
 
 

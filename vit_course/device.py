@@ -1,5 +1,5 @@
-"""Where to compute (every chapter that trains): the device, in what precision, how many CPU threads, and what the
-CPU is.
+"""Where to compute (every chapter that trains): the device, in what precision, how many CPU threads, and whether
+the CPU multiplies bfloat16 natively (chapter 09).
 
 A GPU (CUDA, then Apple's MPS) is used when present and never required. On the CPU, training takes one thread
 per core, or a single one when other processes already keep the cores busy (``pick_threads``).
@@ -62,18 +62,6 @@ def restore_state(state, device, scaler=None):
         scaler.load_state_dict(state["scaler"])
 
 
-def cpu_flags():
-    """(CPU model name, set of instruction-set flags) from /proc/cpuinfo; (None, None) where it is missing."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None, None
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
-    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    return name, set(flags)
-
-
 BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # bfloat16 products in hardware: AVX-512 BF16, AMX
 
 
@@ -82,24 +70,12 @@ def cpu_has_bf16():
 
     Without those instructions, bfloat16 autocast on the CPU is emulated and several times slower (chapter 09).
     """
-    return _any_of(cpu_flags()[1], BF16_FLAGS)
-
-
-def _any_of(flags, wanted):
-    """Whether ``flags`` (a set, or None where they could not be read) holds any of ``wanted``; None if unknown."""
-    return None if flags is None else bool(wanted & flags)
-
-
-def machine():
-    """What a measurement ran on, for the records beside it: CPU model, vector instructions, bf16, AMX, cores.
-
-    ``amx``: Intel's matrix tiles (Sapphire Rapids and later), where bfloat16 products are far faster than on
-    AVX-512 BF16 alone; None where /proc/cpuinfo is missing.
-    """
-    name, flags = cpu_flags()  # read once, for both flags
-    return {"cpu": name, "vector_isa": torch.backends.cpu.get_cpu_capability(),
-            "bf16": _any_of(flags, BF16_FLAGS), "amx": _any_of(flags, {"amx_bf16"}),
-            "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None
+    return bool(BF16_FLAGS & set(flags))
 
 
 def pick_threads(threads=None):
@@ -143,4 +119,4 @@ def amp_settings(amp, device):
     return torch.autocast(device.type, dtype=torch.bfloat16 if kind == "bf16" else torch.float16), scaler
 
 
-__all__ = ["amp_settings", "cpu_flags", "cpu_has_bf16", "machine", "pick_device", "pick_threads", "precision"]
+__all__ = ["amp_settings", "cpu_has_bf16", "pick_device", "pick_threads", "precision"]

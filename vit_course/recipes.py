@@ -9,7 +9,6 @@ import copy
 import functools
 import inspect
 import json
-import os
 import platform
 import time
 from contextlib import nullcontext
@@ -21,7 +20,7 @@ from .augment import mix_batch
 from .batches import AUGMENT, loaders
 from .checkpoint import read_checkpoint, save_checkpoint
 from .data import DATASETS
-from .device import amp_settings, machine, pick_device, pick_threads
+from .device import amp_settings, pick_device, pick_threads
 from .files import write_json
 from .loop import TrainConfig, fit, precision
 from .train import train_step
@@ -139,7 +138,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
     started = time.perf_counter() if started is None else started
     recipe, out = RECIPES[name], Path(out if out is not None else Path("runs") / name)
-    device, load_before = pick_device(device), _load_average()
+    device = pick_device(device)
     epochs, budget = plan(name, device, epochs, time_budget)
     info = run_info(name, epochs=epochs, seed=seed)  # what the checkpoints store, to resume only this run
     settings = {**recipe["train"], "epochs": epochs}
@@ -166,8 +165,7 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         "device": str(device), "precision": precision(config.amp, device), "threads": torch.get_num_threads(),
         "torch": str(torch.__version__),  # a str subclass, which weights_only loading refuses
         "python": platform.python_version(), "seed": seed, "batch_size": batch_size, "time_budget": budget,
-        "cpu_load_before": load_before, "cpu_load_after": _load_average(), "machine": machine(),
-    }
+    }  # what the machine was and how busy: the lab records it beside its runs (benchmarks/machine.py)
     save_checkpoint(out / "model.pt", model.cpu(), history=history, metrics=metrics, **info)
     (out / "checkpoint.pt").unlink(missing_ok=True)  # the resumable one (with optimizer state) is done
     from .plots import plot_curves  # imported here: the figure module loads slowly and only this step needs it
@@ -274,10 +272,6 @@ def _positive(epochs):
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     return epochs
-
-
-def _load_average():
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def full_config(config):

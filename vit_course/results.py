@@ -6,24 +6,24 @@ repository's own tooling (``python -m tools.results``), which is not part of thi
 import json
 from pathlib import Path
 
-from .kernel import ROOT
-
-BENCHMARKS = ROOT / "benchmarks" / "results"  # each benchmarks/NAME.py writes its NAME*.json there
+MEASUREMENTS = Path(__file__).resolve().parent / "measurements"  # package data: the results the chapters show
 
 
 def measurement(name):
-    """The stored result of ``benchmarks/NAME.py``, ``benchmarks/results/NAME.json`` (chapters 07 to 09 read theirs).
+    """A benchmark's stored result that a chapter shows (chapters 07 to 09): ``vit_course/measurements/NAME.json``,
+    shipped with the package. -> the parsed JSON.
 
-    Read from the repository when there is one, else from the copy installed with the package (pip puts
-    benchmarks/results into vit_course/benchmark_results). -> the parsed JSON.
+    Each is a copy of the lab's ``benchmarks/results/NAME.json`` (written by ``benchmarks/NAME.py``), which the
+    maintainers' ``python -m tools.results`` makes and its ``--check`` keeps equal; the package reads nothing
+    outside itself, so a pip-installed course (Colab) shows the same numbers as a checkout.
     """
-    for folder in (BENCHMARKS, Path(__file__).resolve().parent / "benchmark_results"):
-        if (folder / f"{name}.json").is_file():
-            return json.loads((folder / f"{name}.json").read_text())
-    scripts = sorted(BENCHMARKS.parent.glob("*.py"), key=lambda path: -len(path.stem))  # NAME_bf16: NAME.py's
-    script = next((path.stem for path in scripts if name.startswith(path.stem)), name)
-    raise FileNotFoundError(f"no {name}.json in {BENCHMARKS} or in the installed package: "
-                            f"`python benchmarks/{script}.py` writes it (benchmarks/README.md)")
+    path = MEASUREMENTS / f"{name}.json"
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in MEASUREMENTS.glob("*.json"))) or "none"
+        raise FileNotFoundError(f"no measurement {name!r} in the package (vit_course/measurements/ holds {shipped}): "
+                                f"in a checkout, `python -m tools.results` copies the results the chapters read "
+                                f"from benchmarks/results/")
+    return json.loads(path.read_text())
 
 
 def per_seed(runs, key="test_accuracy"):
@@ -55,4 +55,4 @@ def precision(metrics):
     return "float32" if kind == "fp32" else f"{kind} autocast"
 
 
-__all__ = ["BENCHMARKS", "accuracy_cell", "measurement", "one_view_accuracy", "per_seed", "precision"]
+__all__ = ["MEASUREMENTS", "accuracy_cell", "measurement", "one_view_accuracy", "per_seed", "precision"]

@@ -1,5 +1,6 @@
 """The appendix "How the recipes were chosen" (book/recipes.md): its tables, written when the book is built from the
-benchmarks' stored results, ``benchmarks/results/NAME.json`` (read by ``vit_course.results.measurement``), and
+benchmarks' stored results, ``benchmarks/results/NAME.json`` (read from the checkout by
+``tools.results.benchmark_result``: maintainer tooling; the package ships only what the chapters read), and
 from the shipped runs' ``metrics.json``, so no number in a table is typed by hand.
 
     ```{recipe-table} ablate-mnist
@@ -14,8 +15,7 @@ from course_chapters import make_table
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from tools.results import CHECKPOINTS, read_metrics
-from vit_course.results import BENCHMARKS, measurement
+from tools.results import BENCHMARKS, CHECKPOINTS, benchmark_result, read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
 def table(name):
     """(header, rows) of the appendix's table ``name``; KeyError for a name not in ``TABLES``."""
     files, build = TABLES[name]
-    return build(*(measurement(file) for file in files))
+    return build(*(benchmark_result(file) for file in files))
 
 
 class RecipeTable(SphinxDirective):
