@@ -112,6 +112,7 @@ def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tm
     for run in PRETRAINED:  # every model load_pretrained offers, chapters 06 to 09 load them on Colab
         assert f"vit_course/checkpoints/{run}/model.pt" in names, f"the wheel lacks the shipped model {run!r}"
     assert "vit_course/cifar10_examples.npz" in names, "the wheel lacks the example images (load_examples)"
+    assert "vit_course/photos/chelsea.jpg" in names, "the wheel lacks chapter 05's photo"
     assert "vit_course/results.py" in names and not [n for n in names if n.startswith("tools/")]
     assert "vit_course/notebooks.py" not in names
 

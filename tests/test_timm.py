@@ -98,3 +98,15 @@ def test_resample_position_embeddings_matches_timm(old_grid, new_grid, prefix, d
     theirs = resample_abs_pos_embed(table, list(new_grid), list(old_grid), num_prefix_tokens=prefix)
     assert ours.dtype == theirs.dtype == dtype
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
+def test_minimal_vit_runs_timms_vit_b16_weights():
+    """Chapter 05's online cell, offline: timm's ViT-B/16 (randomised, no download) converted into MinimalViT."""
+    from vit_course import MinimalViT
+
+    ref = randomise(timm.create_model("vit_base_patch16_224", pretrained=False)).eval()
+    ours = MinimalViT(**CONFIGS["ViT-B/16"]).eval()
+    ours.load_state_dict(convert_timm_state_dict(ref.state_dict()))
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert torch.allclose(ours(x), ref(x), atol=1e-4, rtol=1e-4)

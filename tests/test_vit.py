@@ -219,3 +219,53 @@ def test_pool_tokens_rejects_a_bad_pool():
         pool_tokens(torch.zeros(1, 3, 2), "max")
     with pytest.raises(ValueError, match="class token"):
         pool_tokens(torch.zeros(1, 3, 2), "cls", 0)
+
+
+MINIMAL = dict(image_size=16, patch_size=4, in_channels=3, num_classes=7, dim=24, depth=2, num_heads=3, mlp_ratio=2.0)
+
+
+def test_minimal_vit_is_the_course_vit_without_options():
+    """Chapter 05's MinimalViT and ViT's defaults: the same parameters (names, shapes, even the seeded initial values)
+    and the same logits, so each loads the other's weights."""
+    from vit_course import MinimalViT
+
+    torch.manual_seed(0)
+    minimal = MinimalViT(**MINIMAL).eval()
+    torch.manual_seed(0)
+    full = ViT(**MINIMAL).eval()
+    assert {k: v.shape for k, v in minimal.state_dict().items()} == {k: v.shape for k, v in full.state_dict().items()}
+    assert all(torch.equal(v, full.state_dict()[k]) for k, v in minimal.state_dict().items())
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(minimal(x), full(x))
+        assert minimal.embed(x).shape == (2, 17, 24)
+    assert n_params(minimal) == count_parameters(**MINIMAL)
+    assert len(layer_attentions(minimal, x)) == 2  # chapter 08's tools read it as they read a ViT
+
+
+def test_minimal_vit_loads_the_shipped_cifar10_plain_run():
+    """Chapter 05's payoff: the learner's class loads the course's trained weights and computes the shipped model's
+    logits."""
+    from vit_course import MinimalViT, load_pretrained
+
+    model, checkpoint = load_pretrained("cifar10-plain")
+    config = checkpoint["config"]
+    names = inspect.signature(MinimalViT).parameters
+    minimal = MinimalViT(**{k: config[k] for k in names}).eval()
+    minimal.load_state_dict(checkpoint["model"])
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(minimal(x), model(x), atol=1e-6)
+
+
+def test_the_photo_ships_with_the_package():
+    from importlib import resources
+
+    import numpy as np
+    from PIL import Image
+
+    photos = resources.files("vit_course") / "photos"
+    with (photos / "chelsea.jpg").open("rb") as file:
+        pixels = np.array(Image.open(file).convert("RGB"))
+    assert pixels.shape == (224, 224, 3) and (photos / "chelsea.jpg").stat().st_size < 40_000
+    assert "CC0" in (photos / "README.md").read_text()

@@ -53,14 +53,14 @@ from .patches import (
     unpatchify,
 )
 from .train import eval_mode, evaluate, param_groups, train_step, warmup_cosine
-from .vit import CONFIGS, ViT, convert_timm_state_dict, count_parameters, pool_tokens
+from .vit import CONFIGS, MinimalViT, ViT, convert_timm_state_dict, count_parameters, pool_tokens
 
 __version__ = "0.1.0"
 
 __all__ = [
     # 01-05: the model
     "CONFIGS", "MLP", "ConvStem", "DropPath", "EncoderBlock", "LayerNorm", "LayerScale", "MultiHeadAttention",
-    "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
+    "MinimalViT", "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
     "convert_timm_state_dict", "count_parameters", "linear_to_conv_weight", "merge_heads", "patch_grid",
     "patchify", "pool_tokens", "resample_position_embeddings", "scaled_dot_product_attention",
     "sincos_position_embedding", "split_heads", "split_is_correct", "unpatchify",

@@ -1,7 +1,11 @@
 """The Vision Transformer (chapter 05): embeddings -> encoder blocks -> norm -> head.
 
-Parameter names are timm's (``patch_embed.proj``, ``cls_token``, ``pos_embed``, ``blocks.i``,
-``norm``, ``head``), so ``convert_timm_state_dict`` only has to reshape the patch projection.
+``MinimalViT`` is the paper's model and nothing more (class token, learned positions, the head on the class
+token): chapter 05's first exercise. ``ViT`` is the same model with the options the course trains with (mean
+pooling, sin-cos positions, stochastic depth, LayerScale, dropout, the hybrid's conv stem). Parameter names are
+timm's (``patch_embed.proj``, ``cls_token``, ``pos_embed``, ``blocks.i``, ``norm``, ``head``) in both, so a
+``MinimalViT`` loads the weights of a ``ViT`` with pool="cls", learned positions and no stem, and
+``convert_timm_state_dict`` only has to reshape the patch projection.
 """
 
 import torch
@@ -27,8 +31,50 @@ CONFIGS = {
 }
 
 
+class MinimalViT(nn.Module):
+    """The paper's Vision Transformer: patch embedding, class token and learned positions -> ``depth`` encoder
+    blocks -> LayerNorm -> linear head on the class token.
+
+    Args:
+        image_size, patch_size, in_channels: images (b, in_channels, H, W) are cut into N = HW / P^2 patches
+        num_classes: K, outputs of the head
+        dim, depth, num_heads, mlp_ratio: width D, number of blocks L, heads, MLP width D_mlp = int(D * mlp_ratio)
+    embed(images (b, C, H, W)) -> tokens (b, N + 1, D); forward(images) -> logits (b, K).
+    """
+
+    def __init__(self, image_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_ratio=4.0):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.patch_embed = PatchEmbedding(image_size, patch_size, in_channels, dim)  # (b, N, D)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # (1, 1, D): starts at zero
+        self.pos_embed = nn.Parameter(torch.randn(1, self.patch_embed.num_patches + 1, dim) * 0.02)  # (1, N + 1, D)
+        self.blocks = nn.ModuleList([EncoderBlock(dim, num_heads, mlp_ratio) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
+        ### END SOLUTION
+        self.apply(init_weights)
+
+    def embed(self, images):
+        """images (b, C, H, W) -> tokens (b, N + 1, D): the class token in front, positions added."""
+        ### BEGIN SOLUTION
+        tokens = self.patch_embed(images)  # (b, N, D)
+        return add_class_token_and_position(tokens, self.cls_token, self.pos_embed)  # (b, N + 1, D)
+        ### END SOLUTION
+
+    def forward(self, images):
+        """images (b, C, H, W) -> logits (b, K)."""
+        ### BEGIN SOLUTION
+        x = self.embed(images)  # (b, N + 1, D)
+        for block in self.blocks:
+            x = block(x)  # (b, N + 1, D)
+        x = self.norm(x)  # (b, N + 1, D)
+        return self.head(x[:, 0])  # (b, K): the class token's final state
+        ### END SOLUTION
+
+
 class ViT(nn.Module):
-    """A Vision Transformer: patch embedding -> ``depth`` encoder blocks -> LayerNorm -> linear head.
+    """A Vision Transformer with options: ``MinimalViT`` (the defaults: pool="cls", learned positions, no stem, no
+    regularisation) plus what the course's recipes use. Patch embedding -> ``depth`` blocks -> LayerNorm -> head.
 
     Args:
         image_size, patch_size, in_channels: images (b, in_channels, H, W) are cut into P x P patches
@@ -57,7 +103,6 @@ class ViT(nn.Module):
         self.image_size, self.in_channels, self.pool = to_pair(image_size), in_channels, pool
         self.num_prefix_tokens = int(class_token)
         self.stem, token_image, token_channels = hybrid_stem(in_channels, stem_channels, self.image_size, stem_pool)
-        ### BEGIN SOLUTION
         self.patch_embed = PatchEmbedding(token_image, patch_size, token_channels, dim)  # (b, N, D)
         self.grid_size, num_patches = self.patch_embed.grid_size, self.patch_embed.num_patches
 
@@ -73,25 +118,20 @@ class ViT(nn.Module):
             EncoderBlock(dim, num_heads, mlp_ratio, qkv_bias, drop, attn_drop, rate, init_values) for rate in rates])
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, num_classes)
-        ### END SOLUTION
         self.apply(init_weights)
 
     def embed(self, images):
         """images (b, C, H, W) -> tokens (b, n, D), class token and positions added."""
         check_images(images, self.in_channels, self.image_size)
-        ### BEGIN SOLUTION
         tokens = self.patch_embed(self.stem(images))  # (b, N, D); the stem is nn.Identity() unless hybrid
         return add_class_token_and_position(tokens, self.cls_token, self.pos_embed)  # (b, n, D)
-        ### END SOLUTION
 
     def forward(self, images):
-        ### BEGIN SOLUTION
         x = self.embed(images)  # (b, n, D)
         for block in self.blocks:
             x = block(x)  # (b, n, D)
         x = pool_tokens(self.norm(x), self.pool, self.num_prefix_tokens)  # (b, D): x[:, 0], or the patches' mean
         return self.head(x)  # (b, num_classes)
-        ### END SOLUTION
 
 
 def check_options(pool, pos_embed, class_token, dim, num_heads):

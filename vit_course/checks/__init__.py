@@ -41,7 +41,7 @@ from .ch04_patch_embeddings import (
     patchify,
     sincos_position_embedding,
 )
-from .ch05_vision_transformer import ViT, count_parameters
+from .ch05_vision_transformer import MinimalViT, count_parameters
 from .ch06_train_mnist import evaluate, train_step, warmup_cosine
 from .ch07_train_cifar10 import pool_tokens, random_crop_flip
 from .ch08_attention_maps import attention_rollout, mean_attention_distance
@@ -59,8 +59,8 @@ SLIPS = [slip for record in RECORDS for slip in getattr(record, "SLIPS", ())]
 VARIANTS = [variant for record in RECORDS for variant in getattr(record, "VARIANTS", ())]
 
 __all__ = [
-    "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MultiHeadAttention", "PatchEmbedding",
-    "SelfAttention", "ViT", "add_class_token_and_position", "count_parameters", "patchify",
+    "MLP", "CheckFailed", "DropPath", "EncoderBlock", "LayerNorm", "MinimalViT", "MultiHeadAttention",
+    "PatchEmbedding", "SelfAttention", "add_class_token_and_position", "count_parameters", "patchify",
     "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "split_is_correct",
     "linear_to_conv_weight", "sincos_position_embedding", "train_step",
     "evaluate", "warmup_cosine", "random_crop_flip", "attention_rollout", "mean_attention_distance",
