@@ -365,3 +365,20 @@ def test_chapter_screenshots_and_layout(site, browser, base_url, device):
         assert v.problems == [], "\n".join(v.problems)
     finally:
         v.close()
+
+
+DIAGRAM_PAGES = ("index", *(f"chapters/{c}" for c in CHAPTERS[:5]))  # the pages with a diagram (tools/diagrams.py)
+
+
+@pytest.mark.parametrize("name", DIAGRAM_PAGES)
+def test_each_idea_shows_its_diagram(site, visit, name):
+    """The diagram drawn into the page (a PNG in a data: URL, so it also shows in Colab and JupyterLab) loads, at its
+    2x resolution, and is shown about as wide as the text column. book/_build/screenshots/diagram-<page>.png."""
+    if name.startswith("chapters/"):
+        chapter_built(site, name.split("/")[1])
+    page = visit(name).page
+    diagram = page.locator('article img[src^="data:image/png"]').first
+    natural, shown = diagram.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+    assert natural >= 1000 and 500 <= shown <= 760, f"{name}.html: diagram {natural} px, shown at {shown:.0f} px"
+    diagram.scroll_into_view_if_needed()
+    _save_screenshot(page, site.parent / "screenshots" / f"diagram-{name.split('/')[-1]}.png")

@@ -102,8 +102,9 @@ RECIPES = {
     # Transformers' CCT-7/3x2, Hassani et al. 2021): a two-stage conv stem turns 32 x 32 pixels into 8 x 8 = 64 tokens
     # for 7 blocks of width 256; RandAugment and CutMix/Mixup on the device (nothing read back from it), label
     # smoothing, test-time flips, an evaluation every 10 epochs. On CUDA ``fit`` compiles the model. The plan, 200
-    # epochs, is sized from the step's FLOP count to about 10 minutes on an H100 (benchmarks/README.md); on a T4,
-    # train fewer (--epochs). Not yet run on a GPU: the next GPU check measures it.
+    # epochs, is sized from the step's count, 1.54 GFLOP an image forward and backward (77 TFLOP an epoch): at the
+    # 30-150 TFLOP/s an H100 reaches on such small matrices, 2-9 minutes; on Colab's T4 (float16 with a GradScaler,
+    # 8-15 TFLOP/s) 17-32 minutes, within a Colab hour. Estimates, not yet measured: the next GPU check runs it.
     "cifar10-fast": {
         "dataset": "cifar10",
         "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=256, depth=7, num_heads=4,
