@@ -19,6 +19,7 @@ from . import checks as checks  # the exercise checks: checks.MultiHeadAttention
 from .attention import (
     MultiHeadAttention,
     SelfAttention,
+    blockwise_attention,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
@@ -60,7 +61,8 @@ __version__ = "0.1.0"
 __all__ = [
     # 01-05: the model
     "CONFIGS", "MLP", "ConvStem", "DropPath", "EncoderBlock", "LayerNorm", "LayerScale", "MultiHeadAttention",
-    "MinimalViT", "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "conv_to_linear_weight",
+    "MinimalViT", "PatchEmbedding", "SelfAttention", "ViT", "add_class_token_and_position", "blockwise_attention",
+    "conv_to_linear_weight",
     "convert_timm_state_dict", "count_parameters", "linear_to_conv_weight", "merge_heads", "patch_grid",
     "patchify", "pool_tokens", "resample_position_embeddings", "scaled_dot_product_attention",
     "sincos_position_embedding", "split_heads", "split_is_correct", "unpatchify",

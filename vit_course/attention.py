@@ -127,3 +127,35 @@ class MultiHeadAttention(nn.Module):
         """x (b, n, D) -> weights (b, h, n, n), each row summing to 1 (no dropout: what the model attends to)."""
         q, k, v = self.split_qkv(x)  # each (b, h, n, d)
         return scaled_dot_product_attention(q, k, v, mask)[1]  # (b, h, n, n)
+
+
+def blockwise_attention(q, k, v, block_size):
+    """softmax(q k^T / sqrt(d)) v, reading the keys and values ``block_size`` at a time with an online softmax
+    (FlashAttention's idea): one pass, a running max, denominator and weighted sum per query, never the (n_q, n_k)
+    matrix.
+
+    Args:
+        q: (..., n_q, d) queries
+        k: (..., n_k, d) keys
+        v: (..., n_k, d_v) values
+        block_size: keys per block (the last block may be shorter)
+    Returns:
+        (..., n_q, d_v)
+    """
+    ### BEGIN SOLUTION
+    scale = 1 / math.sqrt(q.shape[-1])
+    running_max = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)  # (..., n_q, 1)
+    denominator = torch.zeros_like(running_max)  # (..., n_q, 1): sum of exp(score - running_max)
+    numerator = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)  # (..., n_q, d_v)
+    for start in range(0, k.shape[-2], block_size):
+        k_block = k[..., start:start + block_size, :]  # (..., B, d), B <= block_size
+        v_block = v[..., start:start + block_size, :]  # (..., B, d_v)
+        scores = q @ k_block.transpose(-2, -1) * scale  # (..., n_q, B)
+        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))  # (..., n_q, 1)
+        correction = torch.exp(running_max - new_max)  # (..., n_q, 1): old sums were taken against the old max
+        p = torch.exp(scores - new_max)  # (..., n_q, B), each at most 1
+        denominator = denominator * correction + p.sum(dim=-1, keepdim=True)  # (..., n_q, 1)
+        numerator = numerator * correction + p @ v_block  # (..., n_q, d_v)
+        running_max = new_max
+    return numerator / denominator  # (..., n_q, d_v)
+    ### END SOLUTION

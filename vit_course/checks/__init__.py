@@ -47,7 +47,7 @@ from .ch07_train_cifar10 import pool_tokens, random_crop_flip
 from .ch08_attention_maps import attention_rollout, mean_attention_distance
 from .ch08_deletion import delete_patches
 from .ch08_position_embeddings import position_embedding_similarity
-from .ch09_going_further import resample_position_embeddings
+from .ch09_going_further import blockwise_attention, resample_position_embeddings
 from .core import COURSE_RULES as COURSE_RULES
 from .core import CheckFailed
 
@@ -64,5 +64,5 @@ __all__ = [
     "resample_position_embeddings", "scaled_dot_product_attention", "split_heads", "split_is_correct",
     "linear_to_conv_weight", "sincos_position_embedding", "train_step",
     "evaluate", "warmup_cosine", "random_crop_flip", "attention_rollout", "mean_attention_distance",
-    "position_embedding_similarity", "pool_tokens", "delete_patches",
+    "position_embedding_similarity", "pool_tokens", "delete_patches", "blockwise_attention",
 ]
