@@ -118,16 +118,17 @@ SLIPS = [Slip("random_crop_flip", knob, "output", hint, _crop(knob)) for knob, h
 
 
 def _match(out, images, padding, knob=None):
-    """Per sample (flip, dy, dx) of the window (cut as ``knob`` cuts it) it equals, or -1 where none does: (b, 3)."""
+    """Per sample (flip, dy, dx) of the window (cut as ``knob`` cuts it) it equals, or -1 where none does: (b, 3).
+    Every sample is compared with all 2 (2p+1)^2 windows at once; where several match, the unflipped one with the
+    largest offsets wins."""
     b, side = len(images), 2 * padding + 1
-    found = torch.full((b, 3), -1, dtype=torch.long)
-    for f in (1, 0):
-        for dy in range(side):
-            for dx in range(side):
-                full = [torch.full((b,), v) for v in (dy, dx)]
-                crop = _window(images, padding, *full, torch.full((b,), bool(f)), knob)
-                found[(crop == out).flatten(1).all(1)] = torch.tensor([f, dy, dx])
-    return found
+    candidates = torch.tensor([(f, dy, dx) for f in (1, 0) for dy in range(side) for dx in range(side)])  # (k, 3)
+    k = len(candidates)
+    flipped, dy, dx = (column.repeat_interleave(b) for column in candidates.unbind(1))  # (k * b,) each
+    crops = _window(images.repeat(k, 1, 1, 1), padding, dy, dx, flipped.bool(), knob)  # (k * b, C, H, W)
+    equal = (crops.view(k, *out.shape) == out).flatten(2).all(2)  # (k, b): window i is sample j's
+    last = k - 1 - equal.flip(0).int().argmax(0)  # (b,): the last window that matches, in the order above
+    return torch.where(equal.any(0)[:, None], candidates[last], -1)
 
 
 def _randomness(c, found, b, padding, flip):
@@ -181,7 +182,7 @@ def random_crop_flip(c, fn):
         lost = (found[:, 0] < 0).nonzero().flatten()
         if len(lost):
             hint = next((s for s in SLIPS if getattr(s.impl, "knob", None) and (
-                _match(out, images, padding, s.impl.knob)[:, 0] >= 0)[lost].all()), None)
+                _match(out[lost], images[lost], padding, s.impl.knob)[:, 0] >= 0).all()), None)
             c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
                    f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})", hint)
         c.passed()
