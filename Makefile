@@ -1,12 +1,13 @@
-# Quick start: `make book` builds the book, `make test` runs every test, `make lab` opens the student notebooks
-# in JupyterLab. Each sets up .venv first.
+# Quick start: `make book` builds the book, `make test` runs the tests of what the course does, `make lab` opens the
+# student notebooks in JupyterLab. Each sets up .venv first. CI (.ci/run) also runs `make check-text` (the checks of
+# the repository's text), `make test-colab` (the Colab install) and the browser tests.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # A CPU build of torch from this machine's disk; elsewhere set e.g. TORCH=torch to get PyPI's default build.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test lint book browser execute notebooks lab clean
+.PHONY: setup test check-text test-colab lint book browser execute notebooks lab clean
 
 setup: $(VENV)/.installed
 
@@ -20,13 +21,24 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps "timm==1.0.31"
 	touch $@
 
-# Unit tests, the checks' own tests, student-notebook sync, the book, and every solution notebook re-run by nbval.
+# Unit tests, the checks' own tests, student-notebook sync, the book, and every solution notebook re-run by nbval:
+# what the course does. The checks of its text (check-text), the Colab install (test-colab) and the browser are apart.
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m tools.notebooks --check
 	$(PY) -m tools.diagrams --check
-	$(PY) -m pytest tests solutions -m "not browser" --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		--durations=15
+	$(PY) -m pytest tests solutions -m "not browser and not repo_text and not colab" --nbval \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --durations=15
+
+# The checks of the repository's text (tests marked repo_text): the README's tables and quick start, the chapters'
+# numbering and links, the package's source shape, CONTRIBUTING's maps, install files that agree. A few seconds.
+check-text: setup
+	$(PY) -m pytest tests -m repo_text
+
+# Chapter 01 run as Colab would, in a throwaway venv that installs $(TORCH) and the course (1-4 minutes; it clones
+# this repository's HEAD, so it needs a git checkout).
+test-colab: setup
+	TORCH="$(TORCH)" $(PY) -m pytest -m colab tests/test_colab.py
 
 # The built book in headless Chromium (Debian's chromium; .ci/browser.sh installs it). Screenshots: book/_build/screenshots/
 browser: book

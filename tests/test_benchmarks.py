@@ -541,6 +541,7 @@ def readme_table_names(text):
     return {ext: {n for n in names if n.endswith(f".{ext}")} for ext in ("py", "json")}
 
 
+@pytest.mark.repo_text
 def test_the_benchmarks_readme_names_every_script_and_every_result_file():
     """One row per question: benchmarks/README.md names each script and each stored result, and nothing that is not
     there (a result a script would write but never has is named without backticks)."""

@@ -36,6 +36,7 @@ CHAPTERS = book_build.CHAPTERS
 
 # ---- helpers, no build -------------------------------------------------------------------------------------
 
+@pytest.mark.repo_text
 def test_toc_lists_the_nine_chapters_in_order_then_the_reference_pages_and_the_appendix():
     toc = (BOOK / "_toc.yml").read_text()
     assert re.findall(r"file:\s*chapters/(\S+)", toc) == list(CHAPTERS)
@@ -49,6 +50,10 @@ def test_chapter_links_to_the_book_pages_point_from_the_chapters_folder():
     assert point_book_links(nb) == 2
     assert nb["cells"][0]["source"] == "See [the appendix](../recipes.md) and\n[results](../results.md#seeds)."
     assert nb["cells"][1]["source"] == "link = '](../book/recipes.md)'"  # code is left alone
+
+
+@pytest.mark.repo_text
+def test_the_chapters_links_to_the_book_name_pages_that_exist():
     for name in CHAPTERS:  # in the repository the same links open the page from solutions/ and notebooks/
         text = (ROOT / "solutions" / f"{name}.ipynb").read_text()
         for page in re.findall(r"\]\(\.\./book/([\w-]+\.md)", text):
@@ -60,6 +65,7 @@ def test_chapter_links_to_the_book_pages_point_from_the_chapters_folder():
 APPENDIX = (BOOK / "recipes.md").read_text()
 
 
+@pytest.mark.repo_text
 def test_the_appendix_shows_every_table_once_and_names_no_other():
     assert re.findall(r"```\{recipe-table\} (\S+)", APPENDIX) == list(course_recipes.TABLES)
 
@@ -106,6 +112,7 @@ def test_an_appendix_table_changes_with_its_result():
     assert course_recipes.machine_name({"cpu": "Intel(R) Xeon(R) Processor", "amx": True}) == "Intel Xeon, AMX"
 
 
+@pytest.mark.repo_text
 def test_the_appendix_prose_quotes_only_accuracies_its_tables_show():
     """A percentage typed in the page's text must be one the generated tables (or the results page's seeds) show,
     so a re-recorded benchmark cannot leave the prose quoting a number that no table holds any more."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.repo_text  # `make check-text`: the chapters' text, and the measures read on it
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 STUDENTS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

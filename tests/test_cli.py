@@ -16,7 +16,7 @@ from vit_course.checkpoint import load_checkpoint, save_checkpoint
 from vit_course.loop import amp_settings
 from vit_course.recipes import RECIPES, check_resumable, full_config
 
-from .markers import needs_data
+from .markers import data_or_skip, needs_data
 
 
 @needs_data
@@ -161,7 +161,8 @@ def test_a_gpu_trains_the_budget_recipes_for_fixed_epochs_and_epochs_mean_epochs
 
 
 def test_the_first_line_of_a_run_says_its_plan(tmp_path, capsys):
-    recipes.train_recipe("mnist", epochs=1, subset=128, out=tmp_path, device="cpu", progress=True)
+    with data_or_skip():  # MNIST, from VIT_COURSE_DATA, the cache folder or a download
+        recipes.train_recipe("mnist", epochs=1, subset=128, out=tmp_path, device="cpu", progress=True)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("mnist on cpu: 1 epochs") and "fp32" in first, first
 

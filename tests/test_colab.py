@@ -2,7 +2,8 @@
 setup cell, run in a bare Python with `google.colab` present, installs the course so the chapter runs.
 
 The simulation (test marked `colab`; 75 s on 2 lightly loaded cores, 4 min when they are crowded: a venv and pip
-installs; `pytest -m "not colab"` leaves it out):
+installs; `make test` leaves it out, `make test-colab` runs it, CI runs both). The link and metadata tests read the
+notebooks: marked `repo_text` (`make check-text`).
 - a fresh venv (no system site-packages) holding what Colab preinstalls and the course does not bring itself:
   torch (`$TORCH`, default torch==2.13.0, from this machine's wheel cache) and ipykernel;
 - a stand-in `google.colab` package, imported at start-up by a sitecustomize, as Colab's runtime does;
@@ -40,6 +41,7 @@ def _written(chapter):
 
 # ---- fast: links and metadata --------------------------------------------------------------------------------
 
+@pytest.mark.repo_text
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_colab_link_opens_an_existing_student_notebook(chapter):
     _written(chapter)
@@ -52,6 +54,7 @@ def test_colab_link_opens_an_existing_student_notebook(chapter):
         assert (ROOT / links[0]).is_file()
 
 
+@pytest.mark.repo_text
 @pytest.mark.parametrize("chapter", TRAINING)
 def test_training_chapters_ask_colab_for_a_gpu(chapter):
     _written(chapter)

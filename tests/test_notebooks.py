@@ -20,6 +20,8 @@ import vit_course
 from tools import notebooks
 from vit_course import files, kernel
 
+from .markers import data_or_skip, skip_without_data
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 STUDENTS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -244,6 +246,7 @@ def test_untouched_student_notebook_stops_at_first_check(path):
     with pytest.raises(CellExecutionError) as info:
         run_cells(nb, [i for i in range(first + 1) if "slow" not in nb.cells[i].metadata.get("tags", [])], path.parent)
     error = info.value
+    skip_without_data(error)  # a chapter that loads MNIST or CIFAR-10 before its first check, offline
     assert error.ename == "CheckFailed" and "not done yet" in error.evalue, str(error)[-2000:]
     assert "\n" not in error.evalue.strip(), f"not the course's one-line message: {error.evalue!r}"
     assert "Traceback" not in str(error) and "site-packages" not in str(error), str(error)[-2000:]
@@ -286,7 +289,8 @@ def test_student_notebook_with_solutions_pasted_back_passes(path):
     if not cells:
         pytest.skip("no check cell")
     keep = [i for i in range(cells[-1] + 1) if "slow" not in student.cells[i].metadata.get("tags", [])]
-    done = run_cells(student, keep, path.parent)
+    with data_or_skip():
+        done = run_cells(student, keep, path.parent)
     printed = "".join(o.get("text", "") for i in cells for o in done.cells[keep.index(i)].outputs)
     assert printed.count("✔") == len(cells), printed
 

@@ -50,6 +50,7 @@ def test_setup_cell_is_tagged_hide_cell_unless_an_author_hid_it_otherwise():
     assert student.cells[1].metadata == {"tags": ["setup", "hide-cell"]}  # harmless in Jupyter and Colab
 
 
+@pytest.mark.repo_text
 def test_every_chapter_setup_cell_is_folded():
     paths = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
     assert paths
@@ -67,6 +68,7 @@ def test_label_setup_names_the_toggle_of_a_folded_setup_cell_only():
     assert label_setup(nb) == 0 and "mystnb" not in nb["cells"][1]["metadata"]
 
 
+@pytest.mark.repo_text
 def test_notebooks_write_through_the_package_atomic_writer():
     assert not hasattr(notebooks, "write_atomic") and notebooks.write_text is files.write_text
 
@@ -146,6 +148,7 @@ def test_built_book_links_follow_vit_course_repo(tmp_path):
     assert run.returncode != 0 and "names no GitHub repository" in run.stderr, run.stderr
 
 
+@pytest.mark.repo_text
 def test_the_introductions_clone_command_names_the_notebooks_repository():
     """book/index.md's `git clone` is the one place besides tools/notebooks.py that names the repository: a fork
     that changes REPO_URL is told to change it too."""

@@ -18,6 +18,7 @@ def requirement_name(spec):
     return re.split(r"[<>=!~ \[;]", spec.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+@pytest.mark.repo_text
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
@@ -33,17 +34,20 @@ def test_environment_yml_matches_pyproject():
     assert python.startswith("python=3.1")
 
 
+@pytest.mark.repo_text
 def test_no_torchvision_anywhere():
     for path in ("pyproject.toml", "environment.yml"):
         assert "torchvision" not in (ROOT / path).read_text()
 
 
+@pytest.mark.repo_text
 def test_binder_post_build_is_executable():
     post_build = ROOT / "postBuild"  # Binder ignores root files when a binder/ folder exists
     assert post_build.stat().st_mode & 0o111
     assert "tools.notebooks" in post_build.read_text()
 
 
+@pytest.mark.repo_text
 def test_make_setup_installs_the_lab_extra_and_make_lab_opens_the_notebooks():
     lab = {requirement_name(s) for s in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["lab"]}
@@ -76,6 +80,7 @@ def test_jupyterlab_runs_and_displays_this_ipywidgets():
     assert run.returncode == 0 and run.stdout.startswith("4."), run.stdout + run.stderr
 
 
+@pytest.mark.repo_text
 def test_every_package_folder_is_listed_in_pyproject():
     """pyproject lists its packages: a new subpackage, checkpoint or data folder must be listed there too, or pip
     leaves it out."""
@@ -117,6 +122,7 @@ def test_the_wheel_carries_the_checkpoints_and_the_measurements_chapters_read(tm
     assert "vit_course/notebooks.py" not in names
 
 
+@pytest.mark.repo_text
 def test_grade_needs_nothing_beyond_the_packages_dependencies():
     """`python -m vit_course grade` after a plain `pip install` (Colab, a laptop): every module that grade.py and
     kernel.py import, and the kernel nbclient starts (ipykernel), is a dependency, not a dev extra."""

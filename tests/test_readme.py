@@ -12,6 +12,7 @@ from vit_course.results import accuracy_cell
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.repo_text
 @pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar10-plain", "cifar10-plain-basic"])
 def test_results_table_matches_shipped_metrics(name):
     metrics = json.loads((ROOT / "vit_course" / "checkpoints" / name / "metrics.json").read_text())
@@ -37,6 +38,7 @@ def test_accuracy_cell_names_test_time_flips_and_gives_the_one_view_accuracy_bes
     assert accuracy_cell(flips, lambda f: f"{100 * f:.1f} %") == "81.6 % with test-time flips (81.1 % one view)"
 
 
+@pytest.mark.repo_text
 def test_readme_quick_start_is_make_book_and_make_test():
     text = (ROOT / "README.md").read_text()
     quick = re.search(r"## Quick start(.*?)\n## ", text, re.S).group(1)
@@ -61,6 +63,7 @@ def test_readme_results_table_is_written_from_the_metrics(tmp_path):
     assert results.main(["--check", "--readme", str(readme)]) == 1
 
 
+@pytest.mark.repo_text
 def test_every_variant_row_of_the_seeds_table_has_its_description():
     from tools.results import seed_rows, variant_notes
 

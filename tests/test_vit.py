@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from vit_course import CONFIGS, ViT, count_parameters, layer_attentions, patchify, pool_tokens, unpatchify
+from vit_course.checkpoint import load_checkpoint, save_checkpoint
 
 SMALL = dict(image_size=(16, 12), patch_size=4, in_channels=3, num_classes=7, dim=24, depth=2, num_heads=3)
 
@@ -269,3 +270,14 @@ def test_the_photo_ships_with_the_package():
         pixels = np.array(Image.open(file).convert("RGB"))
     assert pixels.shape == (224, 224, 3) and (photos / "chelsea.jpg").stat().st_size < 40_000
     assert "CC0" in (photos / "README.md").read_text()
+
+
+def test_a_directly_built_vit_saves_and_rebuilds(tmp_path):
+    torch.manual_seed(0)
+    model = ViT(image_size=16, patch_size=4, in_channels=3, num_classes=5, dim=32, depth=2, num_heads=4,
+                mlp_ratio=2.0, pool="mean", pos_embed="sincos", stem_channels=None).eval()
+    images = torch.randn(3, 3, 16, 16)
+    save_checkpoint(tmp_path / "vit.pt", model)
+    rebuilt, state = load_checkpoint(tmp_path / "vit.pt")
+    assert state["config"] == model.config and rebuilt.config == model.config
+    assert torch.equal(rebuilt(images), model(images))

@@ -23,27 +23,29 @@ RULES = {
 
 
 def _window(images, padding, dy, dx, flipped, knob=None):
-    """The crops at offsets dy, dx (b,) of the padded images, mirrored where ``flipped`` (b,) bool, all at once;
-    ``knob``: the slip that cuts a wrong window (None: the statement's)."""
+    """The crops at offsets dy, dx of the padded images, mirrored where ``flipped``, all at once: dy, dx, flipped (b,)
+    give one window per image, (b, C, H, W); (b, k) give k per image, (b, k, C, H, W). ``knob``: the slip that cuts a
+    wrong window (None: the statement's)."""
     b, ch, h, w = images.shape
+    dy, dx, flipped = dy[..., None], dx[..., None], flipped[..., None]  # (b, [k,] 1)
     span = torch.arange(h), torch.arange(w)
     if knob == "roll":  # no padding: the image wraps around
         source, width = images, w
-        rows = (dy[:, None] - padding + span[0]) % h  # (b, H)
-        cols = torch.where(flipped[:, None], span[1].flip(0), span[1])  # (b, W)
-        cols = (dx[:, None] - padding + cols) % w
+        rows = (dy - padding + span[0]) % h  # (b, [k,] H)
+        cols = torch.where(flipped, span[1].flip(0), span[1])  # (b, [k,] W)
+        cols = (dx - padding + cols) % w
     else:
         source = F.pad(images.float(), (padding,) * 4, mode="reflect") if knob == "reflect" else F.pad(
             images.float(), (padding,) * 4, value=1.0 if knob == "value" else 0.0)
         source, width = source.to(images.dtype), w if knob == "flat_w" else w + 2 * padding
-        rows = dy[:, None] + (span[0].flip(0) if knob == "upside" else span[0]).expand(b, h)  # (b, H)
-        rows = torch.where(flipped[:, None], rows, dy[:, None] + span[0]) if knob == "upside" else rows
-        cols = dx[:, None] + torch.where(flipped[:, None] & (knob != "upside"), span[1].flip(0), span[1])  # (b, W)
-    index = rows[:, :, None] * width + cols[:, None, :]  # (b, H, W)
-    index = (index.transpose(1, 2).reshape(b, h, w) if knob == "transposed" else index).clamp(
+        rows = dy + (span[0].flip(0) if knob == "upside" else span[0])  # (b, [k,] H)
+        rows = torch.where(flipped, rows, dy + span[0]) if knob == "upside" else rows
+        cols = dx + torch.where(flipped & (knob != "upside"), span[1].flip(0), span[1])  # (b, [k,] W)
+    index = rows[..., :, None] * width + cols[..., None, :]  # (b, [k,] H, W)
+    index = (index.transpose(-1, -2).reshape(index.shape) if knob == "transposed" else index).clamp(
         max=source[0, 0].numel() - 1)
-    out = source.flatten(2).gather(2, index.flatten(1)[:, None].expand(b, ch, h * w))  # (b, C, H*W)
-    return out.view(b, ch, h, w)
+    out = source.flatten(2).gather(2, index.flatten(1)[:, None].expand(b, ch, index[0].numel()))  # (b, C, [k *] H*W)
+    return out.view(b, ch, *index.shape[1:]).movedim(1, -3)  # (b, [k,] C, H, W)
 
 
 def _crop(knob=None, offsets="randint", coins="randint", generator=True, validate=True, loop=False, dtype=True):
@@ -118,16 +120,17 @@ SLIPS = [Slip("random_crop_flip", knob, "output", hint, _crop(knob)) for knob, h
 
 
 def _match(out, images, padding, knob=None):
-    """Per sample (flip, dy, dx) of the window (cut as ``knob`` cuts it) it equals, or -1 where none does: (b, 3)."""
+    """Per sample (flip, dy, dx) of the window (cut as ``knob`` cuts it) it equals, or -1 where none does: (b, 3).
+    Every sample is compared with all its k = 2 (2p+1)^2 windows at once; where several match, the unflipped one with
+    the largest offsets wins."""
     b, side = len(images), 2 * padding + 1
-    found = torch.full((b, 3), -1, dtype=torch.long)
-    for f in (1, 0):
-        for dy in range(side):
-            for dx in range(side):
-                full = [torch.full((b,), v) for v in (dy, dx)]
-                crop = _window(images, padding, *full, torch.full((b,), bool(f)), knob)
-                found[(crop == out).flatten(1).all(1)] = torch.tensor([f, dy, dx])
-    return found
+    candidates = torch.tensor([(f, dy, dx) for f in (1, 0) for dy in range(side) for dx in range(side)])  # (k, 3)
+    k = len(candidates)
+    flipped, dy, dx = (column.expand(b, k) for column in candidates.unbind(1))  # (b, k) each
+    crops = _window(images, padding, dy, dx, flipped.bool(), knob)  # (b, k, C, H, W)
+    equal = (crops == out[:, None]).flatten(2).all(2)  # (b, k): sample i is window j
+    last = k - 1 - equal.flip(1).int().argmax(1)  # (b,): the last window that matches, in the order above
+    return torch.where(equal.any(1)[:, None], candidates[last], -1)
 
 
 def _randomness(c, found, b, padding, flip):
@@ -181,7 +184,7 @@ def random_crop_flip(c, fn):
         lost = (found[:, 0] < 0).nonzero().flatten()
         if len(lost):
             hint = next((s for s in SLIPS if getattr(s.impl, "knob", None) and (
-                _match(out, images, padding, s.impl.knob)[:, 0] >= 0)[lost].all()), None)
+                _match(out[lost], images[lost], padding, s.impl.knob)[:, 0] >= 0).all()), None)
             c.fail(f"{len(lost)} of {b} samples (e.g. sample {lost[0].item()}) are not a {images.shape[-2]}x"
                    f"{images.shape[-1]} crop of the zero-padded image, flipped or not ({what})", hint)
         c.passed()
