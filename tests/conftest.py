@@ -8,6 +8,19 @@ import pytest
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """The tests run on one torch thread: they check behaviour on tiny tensors, where a second thread only waits for
+    work (tests/test_checks_catalogue.py took 109 s with torch's two threads on a loaded 2-core machine, 10 s with
+    one). The notebooks nbval runs are other processes, with their own threads."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _default_device():
     """VIT_COURSE_TEST_DEVICE=cuda runs the tests with that device as torch's default, in full float32 (no TF32):
     benchmarks/gpu_check.py runs tests/test_timm.py on the GPU so."""
