@@ -31,7 +31,7 @@ def measure(path, subset=None):
     if checkpoint["config"].get("in_channels") != 3 or checkpoint["config"].get("num_classes") != 10:
         raise ValueError(f"{path} is not a CIFAR-10 model (config {checkpoint['config']}); a mirrored digit is "
                          "another symbol, so flips are for CIFAR-10 only")
-    _, test = loaders("cifar10", 256, augment=False)
+    *_, test = loaders("cifar10", 256, augment=False)
     if subset is not None:
         test.images, test.labels = test.images[:subset], test.labels[:subset]
     _, plain, flipped = evaluate_flips(model, test)

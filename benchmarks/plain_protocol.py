@@ -45,7 +45,7 @@ def measure(rounds, steps, threads, batch_size=128):
     for name, (config, augment, mix) in protocols().items():
         torch.manual_seed(0)
         model = ViT(**config)
-        train, _ = loaders("cifar10", batch_size, device="cpu", augment=functools.partial(cifar_augment, **augment),
+        train, *_ = loaders("cifar10", batch_size, device="cpu", augment=functools.partial(cifar_augment, **augment),
                            mix=functools.partial(mix_batch, num_classes=10, **mix) if mix else None)
         runs[name] = (model, torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3), iter(train))
     times = {name: [] for name in runs}

@@ -4,7 +4,7 @@
     python benchmarks/race_stability.py --models mean --amp bf16 off --seconds 60
 
 Each run is one of chapter 07's trainings as its cells 30 and 47 make it (the race's settings: AdamW, warmup 0.1
-epoch, label smoothing 0.1, crop and flip, ``epochs=None`` under a time budget, accuracy on the first 2,000 test
+epoch, label smoothing 0.1, crop and flip, ``epochs=None`` under a time budget, accuracy on 2,000 validation
 images), with the model, learning rate, precision and seed of the command line. The runs go in parallel, one
 process each (``--parallel``), so a grid of them takes about ``--seconds`` per wave. Prints one line per run: the
 epochs and accuracy it reached, or the step where its loss stopped being finite. Records nothing: the GPU check
@@ -28,7 +28,7 @@ def one_run(model_name, lr, amp, seed, seconds):
     """Train one of chapter 07's models as the chapter does -> a dict of what it reached, or where it diverged."""
     import torch
 
-    from vit_course import DATASETS, DeviceLoader, ViT, load, pick_device
+    from vit_course import DATASETS, DeviceLoader, ViT, load, pick_device, split_validation
     from vit_course.baselines import small_cnn
     from vit_course.batches import random_crop_flip
     from vit_course.loop import fit
@@ -38,20 +38,19 @@ def one_run(model_name, lr, amp, seed, seconds):
     plain = RECIPES["cifar10-plain-basic"]["model"]
     make = {"plain": lambda: ViT(**plain), "hybrid": lambda: ViT(**RECIPES["cifar10"]["model"]), "cnn": small_cnn,
             "mean": lambda: ViT(**dict(plain, pool="mean", class_token=False))}[model_name]
-    train_images, train_labels = load("cifar10", split="train")
-    test_images, test_labels = load("cifar10", split="test")
+    (train_images, train_labels), (val_images, val_labels) = split_validation(*load("cifar10", split="train"), 5000)
     mean, std = DATASETS["cifar10"]["mean"], DATASETS["cifar10"]["std"]
     train = DeviceLoader(train_images, train_labels, 128, shuffle=True, drop_last=True, mean=mean, std=std,
                          augment=lambda batch, g: random_crop_flip(batch, 4, True, g), device=device, seed=seed)
-    test = DeviceLoader(test_images[:2000], test_labels[:2000], 256, mean=mean, std=std, device=device)
+    val = DeviceLoader(val_images[:2000], val_labels[:2000], 256, mean=mean, std=std, device=device)
     torch.manual_seed(seed)
     run = {"model": model_name, "lr": lr, "amp": amp, "seed": seed, "device": device.type}
     try:
-        history = fit(make(), train, test, epochs=None, lr=lr, weight_decay=0.05, warmup_epochs=0.1,
+        history = fit(make(), train, val, epochs=None, lr=lr, weight_decay=0.05, warmup_epochs=0.1,
                       label_smoothing=0.1, amp=amp, time_budget=seconds, seed=seed, device=device, progress=False)
     except FloatingPointError as error:  # fit stops at the first loss that is not finite
         return run | {"diverged": str(error)}
-    return run | {"epochs": round(history["epoch"][-1], 2), "accuracy": history["test_acc"][-1]}
+    return run | {"epochs": round(history["epoch"][-1], 2), "accuracy": history["val_acc"][-1]}
 
 
 def main(argv=None):

@@ -67,7 +67,9 @@ def train(low, high, decays, seed=0, subset=None, factor=2, name="cifar10"):
     if low and model.grid_size[0] % factor:
         raise ValueError(f"{name}'s grid of {model.grid_size[0]} tokens a side cannot be pooled by {factor}: no --low")
     augment = functools.partial(AUGMENT[recipe["dataset"]], **recipe["augment"])
-    train_loader, test_loader = loaders(recipe["dataset"], settings["batch_size"], seed=seed, augment=augment)
+    # validation=0: the whole training set, as the recorded runs trained (their numbers are on the test set)
+    train_loader, _, test_loader = loaders(recipe["dataset"], settings["batch_size"], seed=seed, augment=augment,
+                                           validation=0)
     if subset is not None:
         for loader in (train_loader, test_loader):
             loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]

@@ -523,7 +523,7 @@ def test_flip_tta_records_both_accuracies_of_each_checkpoint(tmp_path):
     # both accuracies computed here without evaluate_flips: each image as it is, and the two views' mean probabilities
 
     model, _ = load_checkpoint(tmp_path / "model.pt")
-    _, test = loaders("cifar10", 256, augment=False)
+    *_, test = loaders("cifar10", 256, augment=False)
     test.images, test.labels = test.images[:256], test.labels[:256]
     (images, labels), = list(test)  # one batch of 256, normalised as the loader does
     with torch.no_grad():

@@ -69,8 +69,9 @@ def test_the_cifar10_recipe_records_its_precision_and_its_prediction_with_flips(
     _, state = load_checkpoint(out / "model.pt")
     assert state["settings"]["test_flips"] and "amp" not in state["settings"]
     # the headline is the recipe's prediction (each image with its mirror), the one-view accuracy beside it
-    assert metrics["test_flips"] and metrics["test_accuracy"] == state["history"]["flip_acc"] == 0.123457
-    assert metrics["test_accuracy_one_view"] == state["history"]["test_acc"][-1] != 0.123457
+    assert metrics["test_flips"] and metrics["test_accuracy"] == state["history"]["test"]["flip_acc"] == 0.123457
+    assert metrics["test_accuracy_one_view"] == state["history"]["test"]["acc"] != 0.123457  # the test set, read once
+    assert "test_acc" not in state["history"] and len(state["history"]["val_acc"]) == 1  # curves: validation
 
 
 def test_mixed_precision_is_chosen_on_cuda_only(monkeypatch):
@@ -181,7 +182,7 @@ def test_train_recipe_names_an_unknown_recipe_and_the_known_ones():
 
 
 def test_a_budget_used_up_before_training_starts_is_refused(monkeypatch):
-    monkeypatch.setattr(recipes, "_recipe_loaders", lambda *args: (None, None))  # no data to load
+    monkeypatch.setattr(recipes, "_recipe_loaders", lambda *args: (None, None, None))  # no data to load
     long_ago = time.perf_counter() - 100  # loading took 100 s of a 60 s budget
     with pytest.raises(ValueError, match="time budget of 60 s is used up before training starts"):
         recipes.train_recipe("mnist", time_budget=60, started=long_ago, device="cpu", threads=torch.get_num_threads(),

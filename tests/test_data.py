@@ -181,8 +181,10 @@ def test_the_shipped_examples_are_the_first_test_images_of_the_courses_copy():
 
 @needs_data
 def test_real_loaders():
-    train, test = batches.loaders("mnist", 1000, device="cpu")
-    assert len(train) == 60 and len(test) == 10
+    train, val, test = batches.loaders("mnist", 1000, device="cpu")
+    assert len(train) == 55 and len(val) == 5 and len(test) == 10  # 5,000 training images held out
+    again = batches.loaders("mnist", 1000, device="cpu", seed=7)[1]  # the same images whatever the run's seed
+    assert torch.equal(again.images, val.images) and torch.equal(again.labels, val.labels)
     x, y = next(iter(train))
     assert x.shape == (1000, 1, 28, 28) and x.dtype == torch.float32 and y.shape == (1000,)
     assert abs(x.mean().item()) < 0.2 and 0.8 < x.std().item() < 1.2  # normalised (shifts add a few zeros)
@@ -197,9 +199,9 @@ def test_loaders_augment_choices():
         calls.append(tuple(batch.shape))
         return batch
 
-    hooked, _ = batches.loaders("cifar10", 500, device="cpu", augment=hook)
-    plain, _ = batches.loaders("cifar10", 500, device="cpu", augment=False)
-    standard, _ = batches.loaders("cifar10", 500, device="cpu")
+    hooked, *_ = batches.loaders("cifar10", 500, device="cpu", augment=hook)
+    plain, *_ = batches.loaders("cifar10", 500, device="cpu", augment=False)
+    standard, *_ = batches.loaders("cifar10", 500, device="cpu")
     x, _ = next(iter(hooked))
     assert calls == [(500, 3, 32, 32)]
     assert torch.equal(x, next(iter(plain))[0])  # same seed, same order: the identity hook is no augmentation
@@ -488,3 +490,20 @@ def test_normalize_refuses_pixels_in_the_wrong_units():
         batches.normalize(pixels.long(), mean, std)
     with pytest.raises(ValueError, match=r"mean \[125.0, 123.0, 114.0\] is in 0..255 units"):
         batches.normalize(pixels, (125.0, 123.0, 114.0), std)
+
+
+def test_split_validation_holds_out_the_same_images_every_time():
+    from vit_course.data import split_validation
+
+    images = torch.arange(100, dtype=torch.uint8).view(100, 1, 1, 1)  # image i is the number i
+    labels = torch.arange(100)
+    (train, train_labels), (val, val_labels) = split_validation(images, labels, 20)
+    assert len(val) == 20 and len(train) == 80 and torch.equal(val.flatten().long(), val_labels)
+    assert not set(val.flatten().tolist()) & set(train.flatten().tolist())  # never trained on
+    assert set(val.flatten().tolist()) | set(train.flatten().tolist()) == set(range(100))
+    assert (train.flatten().diff() > 0).all()  # the rest keep the file's order
+    assert val.flatten().tolist() != list(range(20))  # a random draw, not the first images
+    assert torch.equal(split_validation(images, labels, 20)[1][0], val)  # the same draw every call
+    assert split_validation(images, labels, 0)[1][0].shape[0] == 0
+    with pytest.raises(ValueError, match="validation split of 100 images from a training split of 100"):
+        split_validation(images, labels, 100)

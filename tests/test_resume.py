@@ -121,8 +121,9 @@ def test_a_run_stopped_under_the_earlier_code_resumes_to_the_same_weights(tmp_pa
     resumed, resumed_state = load_checkpoint(tmp_path / "stopped" / "model.pt")
     for key in ("epoch", "lr"):
         assert resumed_state["history"][key] == whole_state["history"][key], key
-    for key in ("train_loss", "test_loss", "test_acc"):
+    for key in ("train_loss", "test_loss", "test_acc"):  # the earlier code evaluated on the test set every epoch
         assert resumed_state["history"][key][0] == whole_state["history"][key][0], key
+    assert resumed_state["history"]["val_acc"][0] is None and 0 <= resumed_state["history"]["val_acc"][1] <= 1
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert a.shape == b.shape and torch.isfinite(b).all(), name
 

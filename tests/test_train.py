@@ -135,27 +135,28 @@ def test_evaluate_flips_averages_probabilities_not_logits():
 
 
 @needs_data
-def test_fit_with_test_flips_evaluates_the_last_epoch_with_flips_inside_its_budget(mnist):
-    budget = Budget(100.0, test_batches=1, final_passes=3)
-    budget.pass_seconds = 5.0
-    assert budget.left() == pytest.approx(100.0 - 3 * 5.0 - budget.elapsed(), abs=0.1)  # three passes kept aside
+def test_fit_reads_the_test_set_once_at_the_end_with_flips_inside_its_budget(mnist):
+    budget = Budget(100.0, final_batches=2 + 3 * 4)  # the last validation pass (2 batches), the test's with flips (4)
+    budget.batch_seconds = 1.0
+    assert budget.left() == pytest.approx(100.0 - 14 - budget.elapsed(), abs=0.1)  # 14 batches kept aside
     runs = {}
+    val, test = mnist_loader(mnist, n=64, shuffle=False), mnist_loader(mnist, n=96, shuffle=False)
     for flips in (False, True):
         torch.manual_seed(0)
         model = ViT(**TINY)
-        runs[flips] = fit(model, mnist_loader(mnist, n=128, batch_size=32), mnist_loader(mnist, n=64, shuffle=False),
+        runs[flips] = fit(model, mnist_loader(mnist, n=128, batch_size=32), val, test_loader=test,
                           epochs=2, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, amp="off",
                           progress=False, test_flips=flips)
-    assert "flip_acc" not in runs[False]
-    assert runs[True]["test_acc"] == runs[False]["test_acc"]  # the curves stay one view: flips only change the end
+    assert "flip_acc" not in runs[False]["test"] and "test_acc" not in runs[True]  # no test curve: one reading
+    assert runs[True]["val_acc"] == runs[False]["val_acc"]  # the curves are the validation split's, one view
+    assert runs[True]["test"]["acc"] == runs[False]["test"]["acc"] == pytest.approx(evaluate(model, test)[1], abs=1e-6)
     model.eval()
-    assert runs[True]["flip_acc"] == pytest.approx(evaluate_flips(model, mnist_loader(mnist, n=64, shuffle=False))[2],
-                                                   abs=1e-6)
+    assert runs[True]["test"]["flip_acc"] == pytest.approx(evaluate_flips(model, test)[2], abs=1e-6)
     torch.manual_seed(0)
-    budget_cut = fit(ViT(**TINY), mnist_loader(mnist, n=512, batch_size=16), mnist_loader(mnist, n=64, shuffle=False),
+    budget_cut = fit(ViT(**TINY), mnist_loader(mnist, n=512, batch_size=16), val, test_loader=test,
                      epochs=None, lr=1e-3, weight_decay=0.0, warmup_epochs=0, label_smoothing=0.0, time_budget=1e-9,
                      progress=False, test_flips=True)
-    assert len(budget_cut["epoch"]) == 1 and 0 <= budget_cut["flip_acc"] <= 1  # a budget's end is the last epoch
+    assert len(budget_cut["epoch"]) == 1 and 0 <= budget_cut["test"]["flip_acc"] <= 1  # a budget's end, then test
 
 
 @needs_data
@@ -234,7 +235,7 @@ def test_resume_continues_where_it_stopped(mnist, tmp_path):
     _, state = ckpt.load_checkpoint(tmp_path / "b.pt")
     assert state["epoch"] == 1 and len(state["history"]["epoch"]) == 1  # the finished epoch is intact
     resumed, resumed_history = _run(mnist, tmp_path / "b.pt", resume=True)
-    assert resumed_history["test_acc"] == history["test_acc"]
+    assert resumed_history["val_acc"] == history["val_acc"]
     assert resumed_history["train_loss"] == history["train_loss"]
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
@@ -249,7 +250,7 @@ def test_time_budget_stops_mid_epoch_and_evaluates(mnist):
                   progress=False)
     assert len(history["epoch"]) == 1 and 0 < history["epoch"][0] < 1  # one step, then evaluated
     assert history["lr"][0] < 1e-4  # the schedule followed the (spent) clock to its end
-    assert 0.0 <= history["test_acc"][0] <= 1.0
+    assert 0.0 <= history["val_acc"][0] <= 1.0
     assert not model.training
 
 
@@ -394,22 +395,26 @@ def test_shipped_checkpoint_matches_its_metrics(name):
     assert state["metrics"].get("trained_as") == state.get("trained_as")
     assert ckpt.pretrained_path(name).stat().st_size < 4.5e6
     assert full_config(state["config"]) == full_config(RECIPES[name]["model"])  # builds what the recipe trains
-    _, test = loaders(RECIPES[name]["dataset"], 500, device="cpu", augment=False)
+    *_, test = loaders(RECIPES[name]["dataset"], 500, device="cpu", augment=False)
     metrics, flips = state["metrics"], RECIPES[name]["train"].get("test_flips", False)
     assert metrics.get("test_flips", False) == flips
     _, acc, flip_acc = evaluate_flips(model, test) if flips else (*evaluate(model, test), None)
     one_view = metrics.get("test_accuracy_one_view", metrics["test_accuracy"])
     assert abs(acc - one_view) <= 0.001, (acc, one_view)  # the targets themselves live in benchmarks/targets.py
-    assert state["history"]["test_acc"][-1] == one_view
+    # a run trained before validation splits evaluated on the test set every epoch (test_acc, flip_acc); a newer one
+    # reads it once, at the end (history["test"])
+    test_record = state["history"].get("test") or {"acc": state["history"]["test_acc"][-1],
+                                                   "flip_acc": state["history"].get("flip_acc")}
+    assert test_record["acc"] == one_view
     if flips:  # the recipe's prediction: each image's probabilities averaged with its mirror image's
         assert abs(flip_acc - metrics["test_accuracy"]) <= 0.001, (flip_acc, metrics["test_accuracy"])
-        assert state["history"]["flip_acc"] == metrics["test_accuracy"]
+        assert test_record["flip_acc"] == metrics["test_accuracy"]
 
 
 def test_the_first_step_pays_for_start_up_and_is_left_out_of_the_pace():
     """On a GPU the first step takes seconds (context, kernel choices) where the next take milliseconds: guessed from
     it, the final evaluation of 80 test batches would take the whole budget (the MNIST recipe stopped after one)."""
-    budget = Budget(25.0, test_batches=80)
+    budget = Budget(25.0, final_batches=80)
     budget.record_step(5.0)
     for _ in range(3):
         budget.record_step(0.01)
@@ -423,7 +428,7 @@ def test_a_run_that_fills_its_budget_plans_its_steps_from_its_pace():
     def lr(step, elapsed, epochs=None, seconds=100.0):  # the rate at ``step`` once ``elapsed`` seconds have passed
         budget = Budget(seconds)
         budget.started -= elapsed
-        budget.pass_seconds = 0.0  # no final evaluation to set aside
+        budget.batch_seconds = 0.0  # no final evaluation to set aside
         return learning_rate(dataclasses.replace(config, epochs=epochs), step, 10, budget)
 
     assert lr(0, 0.0) == pytest.approx(0.1)  # the warmup (10 steps) needs no pace

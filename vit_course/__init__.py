@@ -28,7 +28,7 @@ from .attention import (
 from .batches import DeviceLoader, loaders, normalize, random_crop_flip, random_translate
 from .blocks import MLP, DropPath, EncoderBlock, LayerNorm, LayerScale
 from .checkpoint import load_checkpoint, load_pretrained, save_checkpoint
-from .data import DATASETS, data_root, load, load_examples
+from .data import DATASETS, data_root, load, load_examples, split_validation
 from .device import pick_device, pick_threads
 from .embeddings import embedding_filters, position_embedding_similarity
 from .faithfulness import delete_patches
@@ -65,7 +65,7 @@ __all__ = [
     "conv_to_linear_weight",
     "convert_timm_state_dict", "count_parameters", "linear_to_conv_weight", "merge_heads", "patch_grid",
     "patchify", "pool_tokens", "resample_position_embeddings", "scaled_dot_product_attention",
-    "sincos_position_embedding", "split_heads", "split_is_correct", "unpatchify",
+    "sincos_position_embedding", "split_heads", "split_is_correct", "split_validation", "unpatchify",
     # 06-07: data and training; recipes and the CLI live in vit_course.recipes and __main__
     "DATASETS", "DeviceLoader", "data_root", "eval_mode", "evaluate", "fit", "load", "load_checkpoint",
     "load_examples", "load_pretrained", "loaders", "normalize", "param_groups", "pick_device", "pick_threads",

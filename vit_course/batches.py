@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from .augment import rand_augment
-from .data import DATASETS, load
+from .data import DATASETS, load, split_validation
 from .device import pick_device
 
 
@@ -206,19 +206,24 @@ class DeviceLoader:
             yield self.mix(x, y, host_rng) if self.mix is not None else (x, y)  # y: (b,) or (b, classes)
 
 
-def loaders(name, batch_size, device=None, augment=True, root=None, seed=0, mix=None):
-    """(train_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
+def loaders(name, batch_size, device=None, augment=True, root=None, seed=0, mix=None, validation=None):
+    """(train_loader, val_loader, test_loader) of ``name`` with its mean/std and augmentation, on ``device``.
 
-    The train loader shuffles, augments and drops the last incomplete batch so every step has the same
-    shape; the test loader keeps the order and every sample. ``augment``: True for the dataset's own
-    augmentation (CIFAR-10: crop with padding 4 + flip; MNIST: shifts of up to 2 pixels), False for none,
-    or a function ``(uint8 batch, generator) -> uint8 batch``. ``mix``: see ``DeviceLoader`` (training only).
+    ``validation``: training images held out as the validation split (None: the dataset's, ``DATASETS[name]
+    ["validation"]``, 5,000; 0: none, and val_loader is None), the same images in every run (``data.split_validation``):
+    watch training and make choices on it, and read the test set once, at the end. The train loader shuffles,
+    augments and drops the last incomplete batch so every step has the same shape; the others keep the order and
+    every sample. ``augment``: True for the dataset's own augmentation (CIFAR-10: crop with padding 4 + flip; MNIST:
+    shifts of up to 2 pixels), False for none, or a function ``(uint8 batch, generator) -> uint8 batch``. ``mix``:
+    see ``DeviceLoader`` (training only).
     """
-    train_images, train_labels = load(name, "train", root)  # checks the name first
+    images, labels = load(name, "train", root)  # checks the name first
     meta = DATASETS[name]
+    size = meta["validation"] if validation is None else validation
+    (train_images, train_labels), (val_images, val_labels) = split_validation(images, labels, size)
     test_images, test_labels = load(name, "test", root)
     common = dict(mean=meta["mean"], std=meta["std"], device=device, seed=seed)
     train = DeviceLoader(train_images, train_labels, batch_size, shuffle=True, drop_last=True,
                          augment=AUGMENT[name] if augment is True else augment or None, mix=mix, **common)
-    test = DeviceLoader(test_images, test_labels, batch_size, **common)
-    return train, test
+    val = DeviceLoader(val_images, val_labels, batch_size, **common) if size else None
+    return train, val, DeviceLoader(test_images, test_labels, batch_size, **common)

@@ -31,6 +31,7 @@ DATASETS = {
         "classes": [str(d) for d in range(10)],
         "shape": (1, 28, 28),
         "sizes": {"train": 60_000, "test": 10_000},
+        "validation": 5_000,  # training images held out for validation (``split_validation``)
         "mean": (0.1307,),
         "std": (0.3081,),
     },
@@ -38,6 +39,7 @@ DATASETS = {
         "classes": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
         "shape": (3, 32, 32),
         "sizes": {"train": 50_000, "test": 10_000},
+        "validation": 5_000,
         "mean": (0.4913, 0.4821, 0.4465),
         "std": (0.2452, 0.2428, 0.2606),
     },
@@ -101,6 +103,21 @@ def load_examples():
     """
     with np.load(EXAMPLES) as stored:
         return torch.from_numpy(stored["images"]), torch.from_numpy(stored["labels"]).long()
+
+
+def split_validation(images, labels, size):
+    """Hold ``size`` images of a training split out for validation: -> (train images, train labels), (validation
+    images, validation labels).
+
+    The held-out images are a random draw from a generator seeded 0, not from the run's seed: every run, recipe and
+    chapter validates on the same images and never trains on them. Their order, and the rest's, stays the file's.
+    """
+    if not 0 <= size < len(labels):
+        raise ValueError(f"a validation split of {size} images from a training split of {len(labels)}: give 0 to "
+                         f"{len(labels) - 1}")
+    held_out = torch.zeros(len(labels), dtype=torch.bool)
+    held_out[torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))[:size]] = True
+    return (images[~held_out], labels[~held_out]), (images[held_out], labels[held_out])
 
 
 def read_mnist(images_file, labels_file, count=None):
@@ -169,4 +186,5 @@ def read_cifar(path, records=CIFAR_RECORDS):
 
 
 __all__ = ["DATASETS", "DatasetCorrupt", "DatasetNotFound", "data_root", "load", "load_examples", "read_cifar",
+           "split_validation",
            "read_idx", "read_mnist"]

@@ -2,8 +2,11 @@
 
 ``fit`` is AdamW (no weight decay on norms, biases, tokens and position embeddings; fused into one kernel where
 the device has it), the learning rate of ``train.warmup_cosine`` set before every step, label smoothing, an
-evaluation every ``eval_every`` epochs, progress bars, and a checkpoint at each evaluation that a run can resume
-from (``--resume``).
+evaluation on the validation split every ``eval_every`` epochs, progress bars, a checkpoint at each evaluation that
+a run can resume from (``--resume``), and, given a test loader, one evaluation on the test set at the very end.
+
+Everything decided while or about training (when to stop, which epoch, which setting) looks at the validation
+split, images held out of the training set (``batches.loaders``); the test set is read once, when the run is done.
 
 The host never waits for the device inside the loop: ``train_step`` hands back the loss as a tensor on the
 device, and the loop reads the losses (one transfer for all the steps since the last read) only when a person
@@ -25,7 +28,7 @@ from .checkpoint import read_checkpoint, save_checkpoint
 from .device import amp_settings, pick_device, precision, restore_state, resume_state  # noqa: F401 (precision)
 from .train import evaluate, evaluate_flips, param_groups, train_step, warmup_cosine
 
-HISTORY_KEYS = ("epoch", "train_loss", "test_loss", "test_acc", "lr", "seconds")
+HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "val_acc", "lr", "seconds")  # one entry per evaluation
 FUSED_ADAMW = ("cpu", "cuda")  # devices whose AdamW runs fused (MPS's is newer than some PyTorch versions we support)
 READ_EVERY = 1.0  # seconds between reads of the training losses (the progress bar refreshes as often)
 
@@ -41,8 +44,8 @@ class TrainConfig:
         decayed (under a time budget, whose steps are not known ahead, the warmup is cut to half the run instead)
     label_smoothing: the loss's epsilon
     amp: mixed precision (see ``precision``): "auto", "bf16", "fp16" or "off"
-    test_flips: the last evaluation also averages each test image with its mirror (``train.evaluate_flips``)
-    time_budget: seconds for the training and its final evaluation (None: no limit)
+    test_flips: the test evaluation also averages each test image with its mirror (``train.evaluate_flips``)
+    time_budget: seconds for the training and its final evaluations (None: no limit)
     seed: of dropout and stochastic depth, which draw from torch's global generator
     eval_every: evaluate (and write the checkpoint) after every this many epochs, and after the last one: a long
         GPU plan evaluates now and then, not after each of its short epochs
@@ -75,15 +78,15 @@ class TrainConfig:
 class Budget:
     """A run's seconds, counted across resumed stretches, and what an optional limit leaves for training.
 
-    The final evaluation must fit in the limit too, so its seconds are set aside: ``final_passes`` forward passes
-    over the ``test_batches``, each as long as one pass of the last evaluation, or before there is one as a guess
-    from the step time (a test batch costs about half a training step).
+    The final evaluations must fit in the limit too, so their seconds are set aside: ``final_batches`` evaluation
+    batches (the last validation pass, and the test pass), each as long as a batch of the last validation pass, or
+    before there is one as a guess from the step time (an evaluation batch costs about half a training step).
     """
 
-    def __init__(self, seconds=None, spent=0.0, test_batches=1, final_passes=1):
+    def __init__(self, seconds=None, spent=0.0, final_batches=1):
         self.seconds, self.started = seconds, time.perf_counter() - spent
-        self.test_batches, self.final_passes = test_batches, final_passes
-        self.step_seconds, self.pass_seconds = 0.0, None  # one evaluation pass, once measured
+        self.final_batches = final_batches
+        self.step_seconds, self.batch_seconds = 0.0, None  # one evaluation batch, once measured
         self.steps_seen = 0
 
     def elapsed(self):
@@ -98,11 +101,11 @@ class Budget:
             self.step_seconds = seconds if self.step_seconds == 0 else 0.9 * self.step_seconds + 0.1 * seconds
 
     def left(self):
-        """Seconds left for training steps, the final evaluation set aside (inf without a limit)."""
+        """Seconds left for training steps, the final evaluations set aside (inf without a limit)."""
         if self.seconds is None:
             return math.inf
-        one_pass = self.pass_seconds if self.pass_seconds is not None else 0.5 * self.step_seconds * self.test_batches
-        return self.seconds - self.final_passes * one_pass - self.elapsed()
+        per_batch = self.batch_seconds if self.batch_seconds is not None else 0.5 * self.step_seconds
+        return self.seconds - self.final_batches * per_batch - self.elapsed()
 
     def used(self):
         """The share of the training time used so far, 0..1."""
@@ -131,23 +134,25 @@ def learning_rate(config, step, steps_per_epoch, budget):
     return warmup_cosine(min(step, total - 1), total, warmup, config.lr, config.min_lr)
 
 
-def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoint=None, resume=False, progress=True,
-        run_info=None, **settings):
-    """Train ``model`` with AdamW and a per-step warmup-cosine schedule; evaluate after every epoch.
+def fit(model, train_loader, val_loader, config=None, *, test_loader=None, device=None, checkpoint=None, resume=False,
+        progress=True, run_info=None, **settings):
+    """Train ``model`` with AdamW and a per-step warmup-cosine schedule; evaluate on the validation split after
+    every ``eval_every`` epochs, and on the test set once, at the end.
 
     Args:
-        train_loader, test_loader: iterables of (x (b, C, H, W), y (b,)) with a len(); a loader with
-            ``set_epoch`` (``batches.DeviceLoader``) is told the epoch a resumed run starts at
+        train_loader, val_loader, test_loader (optional): iterables of (x (b, C, H, W), y (b,)) with a len()
+            (``batches.loaders`` makes the three); a loader with ``set_epoch`` (``batches.DeviceLoader``) is told the
+            epoch a resumed run starts at
         config: a ``TrainConfig``; settings: its fields as keywords, which replace config's, e.g.
-            ``fit(model, train, test, epochs=3, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1)``
+            ``fit(model, train, val, epochs=3, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1)``
         device: None picks CUDA, then MPS, then the CPU
         checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history, random state);
             with ``resume=True`` and that file present, training continues after its last epoch
         progress: a bar per epoch and a line after it
         run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
     Returns the history: dict of lists, one entry per evaluation: epoch (fractional where the budget cut it),
-    train_loss (the mean since the previous evaluation), test_loss, test_acc (one view), lr, seconds (cumulative);
-    with test_flips also flip_acc, the last accuracy with flips (a number).
+    train_loss (the mean since the previous evaluation), val_loss, val_acc, lr, seconds (cumulative); with a
+    test_loader also "test": {"loss", "acc"} of the trained model (one view; with test_flips also "flip_acc").
     Without a time budget a CPU run repeats exactly, a GPU run nearly (some kernels add in a varying order).
     KeyboardInterrupt: the model is left in eval mode with the last step's weights, the checkpoint keeps the last
     finished epoch, and the interrupt is re-raised.
@@ -165,7 +170,8 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
     forward = torch.compile(model) if compiled else model  # the same parameters; model is what is saved
     torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
     history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
-    budget = Budget(config.time_budget, spent, len(test_loader), final_passes=3 if config.test_flips else 1)
+    test_passes = 0 if test_loader is None else 3 if config.test_flips else 1  # flips: one view, then both views
+    budget = Budget(config.time_budget, spent, len(val_loader) + test_passes * len(test_loader or ()))
     since_eval = []  # the training losses since the last evaluation: its train_loss is their mean
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
@@ -178,10 +184,10 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
             last = epoch + 1 == config.epochs or budget.left() <= 0
             if not last and (epoch + 1) % config.eval_every:
                 continue
-            test_loss, test_acc = _evaluate(model, test_loader, autocast, budget, history, config.test_flips and last)
+            val_loss, val_acc = _evaluate(model, val_loader, autocast, budget)
             done = epoch + len(losses) / len(train_loader)  # fractional when the budget cut the epoch
             _record(history, epoch=done, train_loss=sum(since_eval) / max(len(since_eval), 1),
-                    test_loss=test_loss, test_acc=test_acc, lr=lr, seconds=budget.elapsed(), progress=progress)
+                    val_loss=val_loss, val_acc=val_acc, lr=lr, seconds=budget.elapsed(), progress=progress)
             since_eval = []
             if checkpoint is not None:
                 save_checkpoint(checkpoint, model, history=history, optimizer=optimizer, epoch=epoch + 1, step=step,
@@ -193,11 +199,8 @@ def fit(model, train_loader, test_loader, config=None, *, device=None, checkpoin
         if progress:
             tqdm.write(f"interrupted; the last finished epoch is in {checkpoint}" if checkpoint else "interrupted")
         raise
-    if config.test_flips:
-        if "flip_acc" not in history:  # the budget ran out during an evaluation that did not know it was the last
-            _evaluate(model, test_loader, autocast, budget, history, flips=True)
-        if progress:
-            tqdm.write(f"with test-time flips (each image and its mirror): test acc {history['flip_acc']:.2%}")
+    if test_loader is not None:
+        history["test"] = _test(model, test_loader, autocast, config.test_flips, progress)
     model.eval()
     return history
 
@@ -267,6 +270,8 @@ def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
         optimizer.load_state_dict(state["optimizer"])
         restore_state(state, next(model.parameters()).device, scaler)  # the model is on the run's device
         history, start, step, spent = state["history"], state["epoch"], state["step"], state["seconds"]
+        for key in HISTORY_KEYS:  # a run begun before validation splits evaluated on the test set: no val numbers
+            history.setdefault(key, [None] * len(history.get("epoch", ())))
         if progress:
             tqdm.write(f"resuming from {checkpoint} after epoch {start}")
     if hasattr(train_loader, "set_epoch"):
@@ -274,16 +279,26 @@ def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
     return history, start, step, spent
 
 
-def _evaluate(model, test_loader, autocast, budget, history, flips=False):
-    """``evaluate`` (``evaluate_flips`` with flips, whose accuracy goes to history["flip_acc"]) under autocast if
-    any; one pass's seconds go to the budget. -> (test loss, test accuracy), one view."""
+def _evaluate(model, val_loader, autocast, budget):
+    """``evaluate`` under autocast if any; its seconds per batch go to the budget. -> (loss, accuracy)."""
     tick = time.perf_counter()
     with autocast or nullcontext():
-        test_loss, test_acc, *flip_acc = evaluate_flips(model, test_loader) if flips else evaluate(model, test_loader)
-    budget.pass_seconds = (time.perf_counter() - tick) / (3 if flips else 1)  # flips: one view, then both views
+        loss, accuracy = evaluate(model, val_loader)
+    budget.batch_seconds = (time.perf_counter() - tick) / max(len(val_loader), 1)
+    return loss, accuracy
+
+
+def _test(model, test_loader, autocast, flips, progress):
+    """The trained model on the test set, read once: -> {"loss", "acc"} (one view), with flips also "flip_acc"."""
+    with autocast or nullcontext():
+        loss, accuracy, *flip_acc = evaluate_flips(model, test_loader) if flips else evaluate(model, test_loader)
+    result = {"loss": round(loss, 6), "acc": round(accuracy, 6)}
     if flips:
-        history["flip_acc"] = round(flip_acc[0], 6)
-    return test_loss, test_acc
+        result["flip_acc"] = round(flip_acc[0], 6)
+    if progress:
+        tqdm.write(f"test set, read once: loss {loss:.4f}, acc {accuracy:.2%}"
+                   + (f"; with test-time flips (each image and its mirror) {flip_acc[0]:.2%}" if flips else ""))
+    return result
 
 
 def _record(history, *, progress, **values):
@@ -291,8 +306,8 @@ def _record(history, *, progress, **values):
     for key in HISTORY_KEYS:
         history[key].append(round(values[key], 6) if isinstance(values[key], float) else values[key])
     if progress:
-        tqdm.write(f"epoch {values['epoch']:.2f}: train loss {values['train_loss']:.4f}, test loss "
-                   f"{values['test_loss']:.4f}, test acc {values['test_acc']:.2%}, {values['seconds']:.0f} s")
+        tqdm.write(f"epoch {values['epoch']:.2f}: train loss {values['train_loss']:.4f}, val loss "
+                   f"{values['val_loss']:.4f}, val acc {values['val_acc']:.2%}, {values['seconds']:.0f} s")
 
 
 __all__ = ["Budget", "TrainConfig", "amp_settings", "fit", "learning_rate", "precision"]

@@ -152,16 +152,17 @@ def train_recipe(name, *, epochs=None, out=None, device=None, seed=0, time_budge
         torch.set_num_threads(pick_threads(threads))
     torch.manual_seed(seed)
     model = ViT(**recipe["model"])  # the weights depend on the seed only
-    train, test = _recipe_loaders(recipe, batch_size, device, seed, subset)
+    train, val, test = _recipe_loaders(recipe, batch_size, device, seed, subset)
     fit_budget = None if budget is None else budget - (time.perf_counter() - started) - recipe["reserve"]
     if fit_budget is not None and fit_budget <= 0:
         raise ValueError(f"time budget of {budget} s is used up before training starts")
     config = TrainConfig(**settings, time_budget=fit_budget, seed=seed)
-    history = fit(model, train, test, config, device=device, checkpoint=out / "checkpoint.pt", resume=resume,
-                  progress=progress, run_info=info)
+    history = fit(model, train, val, config, test_loader=test, device=device, checkpoint=out / "checkpoint.pt",
+                  resume=resume, progress=progress, run_info=info)
     metrics = {
         "recipe": name, "dataset": recipe["dataset"], **_accuracies(history, settings),
-        "test_loss": history["test_loss"][-1], "epochs": history["epoch"][-1], "planned_epochs": settings["epochs"],
+        "test_loss": history["test"]["loss"], "val_accuracy": history["val_acc"][-1], "epochs": history["epoch"][-1],
+        "planned_epochs": settings["epochs"],
         "train_seconds": round(history["seconds"][-1], 1), "params": sum(p.numel() for p in model.parameters()),
         "device": str(device), "precision": precision(config.amp, device), "threads": torch.get_num_threads(),
         "torch": str(torch.__version__),  # a str subclass, which weights_only loading refuses
@@ -188,24 +189,25 @@ def run_info(name, *, epochs=None, seed=0):
 
 
 def _accuracies(history, settings):
-    """The run's test accuracy, the recipe's prediction (with test_flips, each image's class probabilities averaged
-    with its mirror image's), and the accuracy on the images as they are."""
-    return {"test_accuracy": history.get("flip_acc", history["test_acc"][-1]),
-            "test_accuracy_one_view": history["test_acc"][-1], "test_flips": settings.get("test_flips", False)}
+    """The run's test accuracy (the test set read once, at the end), the recipe's prediction (with test_flips, each
+    image's class probabilities averaged with its mirror image's), and the accuracy on the images as they are."""
+    test = history["test"]
+    return {"test_accuracy": test.get("flip_acc", test["acc"]), "test_accuracy_one_view": test["acc"],
+            "test_flips": settings.get("test_flips", False)}
 
 
 def _recipe_loaders(recipe, batch_size, device, seed, subset):
-    """(train, test) loaders with the recipe's augmentation; ``subset``: only the first images of each."""
+    """(train, validation, test) loaders with the recipe's augmentation; ``subset``: only the first images of each."""
     augment = recipe.get("augment")  # None: the dataset's standard augmentation
     augment = functools.partial(AUGMENT[recipe["dataset"]], **augment) if augment else True
     mix = recipe.get("mix")  # None: no CutMix or Mixup
     classes = recipe["model"]["num_classes"]
     mix = functools.partial(mix_batch, num_classes=classes, **mix) if mix else None
-    train, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed, augment=augment, mix=mix)
+    train, val, test = loaders(recipe["dataset"], batch_size, device=device, seed=seed, augment=augment, mix=mix)
     if subset is not None:
-        for loader in (train, test):
+        for loader in (train, val, test):
             loader.images, loader.labels = loader.images[:subset], loader.labels[:subset]
-    return train, test
+    return train, val, test
 
 
 def plan(name, device, epochs=None, time_budget=None):

@@ -10,17 +10,23 @@ from ..results import per_seed
 
 
 def plot_curves(history, path=None, title=""):
-    """Loss, test accuracy and learning rate per epoch (chapters 06-07); saved atomically as a PNG at ``path``."""
+    """Loss, accuracy and learning rate per epoch (chapters 06-07); saved atomically as a PNG at ``path``.
+
+    The curves are the validation split's (``fit``); a run from before the course held one out evaluated on the
+    test set every epoch, and its curves say "test"."""
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), layout="constrained")
+    split = "val" if "val_acc" in history else "test"  # the shipped runs trained before validation splits: test
+    name = {"val": "validation", "test": "test"}[split]
     epochs = history["epoch"]
-    axes[0].plot(epochs, history["train_loss"], "o-", label="train")
-    axes[0].plot(epochs, history["test_loss"], "o-", label="test")
+    measured = [i for i, a in enumerate(history[f"{split}_acc"]) if a is not None]  # a resumed older run: none before
+    axes[0].plot(epochs, history["train_loss"], "o-", label="train (label-smoothed)")
+    axes[0].plot([epochs[i] for i in measured], [history[f"{split}_loss"][i] for i in measured], "o-", label=name)
     axes[0].legend()
-    axes[1].plot(epochs, [100 * a for a in history["test_acc"]], "o-", color="C1")
+    axes[1].plot([epochs[i] for i in measured], [100 * history[f"{split}_acc"][i] for i in measured], "o-", color="C1")
     axes[2].plot(epochs, history["lr"], "o-", color="C2")
-    for ax, ylabel, name in zip(axes, ("cross-entropy", "%", "learning rate"),
-                                ("loss", "test accuracy", "learning rate (end of epoch)"), strict=True):
-        ax.set(xlabel="epoch", ylabel=ylabel, title=name)
+    for ax, ylabel, label in zip(axes, ("cross-entropy", "%", "learning rate"),
+                                 ("loss", f"{name} accuracy", "learning rate (end of epoch)"), strict=True):
+        ax.set(xlabel="epoch", ylabel=ylabel, title=label)
     fig.suptitle(title)
     if path is not None:
         atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
