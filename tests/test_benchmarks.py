@@ -22,6 +22,9 @@ from vit_course.results import measurement
 
 from .markers import needs_data
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+from course_recipes import heads_data  # noqa: E402  (the optional page's table of chapter 07's runs)
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -38,9 +41,12 @@ def benchmark(name):
 
 
 def read_by_the_chapters(result, monkeypatch):
-    """Run the code cells of chapters 07 and 08 that read data_scaling.json on RESULT instead of the stored file."""
+    """Run the code cells of chapter 07 that read data_scaling.json, and the table of the optional page on heads
+    (book/heads_study.md, formerly chapter 08's section 11), on RESULT instead of the stored file."""
     monkeypatch.setattr(vit_course.results, "measurement", lambda name: result)
-    for notebook in ("07_train_cifar10", "08_what_vit_learns"):
+    header, rows = heads_data(result)
+    assert rows and all(len(row) == len(header) for row in rows)
+    for notebook in ("07_train_cifar10",):
         cells = json.loads((ROOT / "solutions" / f"{notebook}.ipynb").read_text())["cells"]
         sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
         readers = [source for source in sources if 'measurement("data_scaling")' in source]

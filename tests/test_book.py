@@ -40,7 +40,7 @@ CHAPTERS = book_build.CHAPTERS
 def test_toc_lists_the_nine_chapters_in_order_then_the_reference_pages_and_the_appendix():
     toc = (BOOK / "_toc.yml").read_text()
     assert re.findall(r"file:\s*chapters/(\S+)", toc) == list(CHAPTERS)
-    assert re.findall(r"file:\s*(\w+)\b(?!/)", toc) == ["results", "glossary", "references", "recipes"]
+    assert re.findall(r"file:\s*(\w+)\b(?!/)", toc) == ["results", "glossary", "references", "recipes", "heads_study"]
 
 
 def test_chapter_links_to_the_book_pages_point_from_the_chapters_folder():
@@ -63,11 +63,35 @@ def test_the_chapters_links_to_the_book_name_pages_that_exist():
 # ---- the appendix's tables, no build ------------------------------------------------------------------------
 
 APPENDIX = (BOOK / "recipes.md").read_text()
+PAGES = {page: (BOOK / f"{page}.md").read_text() for page in course_recipes.PAGES}  # the appendix and heads_study
 
 
 @pytest.mark.repo_text
 def test_the_appendix_shows_every_table_once_and_names_no_other():
-    assert re.findall(r"```\{recipe-table\} (\S+)", APPENDIX) == list(course_recipes.TABLES)
+    for page, text in PAGES.items():
+        assert re.findall(r"```\{recipe-table\} (\S+)", text) == course_recipes.PAGES[page], page
+    assert sum(course_recipes.PAGES.values(), []) == list(course_recipes.TABLES)
+
+
+def test_the_heads_study_reads_one_gap_one_way():
+    """The optional page's CutMix control: each epoch's gap between the two runs, and the spread it is read against
+    (two seeds of chapter 07's runs), come from the stored results."""
+    _, cutmix = course_recipes.table("heads-cutmix")
+    _, data = course_recipes.table("heads-data")
+    gaps = [float(row[-1].split(",")[0]) for row in cutmix]
+    spread = max(float(row[2]) for row in data)
+    assert len(gaps) >= 3 and max(gaps) <= spread, "the page calls every gap level: no longer inside the spread"
+    assert "a difference inside the\nmeasured spread is level" in PAGES["heads_study"]
+
+
+def test_the_heads_study_code_runs():
+    """The page's one code block (a batch as the training loop augments it) runs on the package as it is."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    (code,) = re.findall(r"```python\n(.*?)```", PAGES["heads_study"], re.S)
+    exec(code, {})
+    plt.close("all")
 
 
 @pytest.mark.parametrize("name", list(course_recipes.TABLES))
@@ -119,11 +143,12 @@ def test_the_appendix_prose_quotes_only_accuracies_its_tables_show():
     shown = {cell for name in course_recipes.TABLES for row in course_recipes.table(name)[1] for cell in row}
     shown |= {cell for row in seed_rows() for cell in row}
     shown = " ".join(shown)
-    prose = re.sub(r"```.*?```", " ", APPENDIX, flags=re.S)
-    quoted = re.findall(r"\d+\.\d\d%", prose)
-    assert quoted, "the page quotes no accuracy: nothing to check"
-    missing = sorted({q for q in quoted if q not in shown})
-    assert missing == [], f"book/recipes.md quotes accuracies that no table shows: {missing}"
+    for page, text in PAGES.items():
+        prose = re.sub(r"```.*?```", " ", text, flags=re.S)
+        quoted = re.findall(r"\d+\.\d\d%", prose)
+        assert quoted or page != "recipes", "the page quotes no accuracy: nothing to check"
+        missing = sorted({q for q in quoted if q not in shown})
+        assert missing == [], f"book/{page}.md quotes accuracies that no table shows: {missing}"
 
 
 def test_fold_solutions_tags_exercise_cells_only():
@@ -213,7 +238,7 @@ def test_every_chapter_is_built_and_in_the_navigation(html):
     for name in CHAPTERS:
         assert (html / "chapters" / f"{name}.html").is_file(), name
         assert f'href="chapters/{name}.html"' in index, f"{name} missing from the navigation"
-    for page in ("results", "glossary", "references", "recipes"):
+    for page in ("results", "glossary", "references", "recipes", "heads_study"):
         assert f'href="{page}.html"' in index
 
 
@@ -282,10 +307,10 @@ def test_results_table_is_generated_from_the_metrics(html):
 
 
 def test_appendix_tables_are_generated_from_the_stored_results(html):
-    text = (html / "recipes.html").read_text()
-    tables = re.findall(r"<table.*?</table>", text, re.S)
-    assert len(tables) == len(course_recipes.TABLES)
-    for name, table in zip(course_recipes.TABLES, tables, strict=True):
+    pages = {page: re.findall(r"<table.*?</table>", (html / f"{page}.html").read_text(), re.S)
+             for page in course_recipes.PAGES}
+    assert [len(tables) for tables in pages.values()] == [len(names) for names in course_recipes.PAGES.values()]
+    for name, table in zip(sum(course_recipes.PAGES.values(), []), sum(pages.values(), []), strict=True):
         header, rows = course_recipes.table(name)
         shown = [[" ".join(re.sub(r"<[^>]+>", " ", td).split()) for td in re.findall(r"<t[dh].*?</t[dh]>", tr, re.S)]
                  for tr in re.findall(r"<tr.*?</tr>", table, re.S)]

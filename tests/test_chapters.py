@@ -190,6 +190,17 @@ def test_chapter_tells_its_story_not_the_recipes_history(path):
     assert words <= MAX_WORDS, f"{path.name}: {words} words before the first exercise (at most {MAX_WORDS})"
 
 
+def test_chapter_08_stays_at_its_core():
+    """Chapter 08 keeps the paper's findings and their tests (about 60 cells); the course's own study of what makes
+    a head local is the optional page book/heads_study.md, which the chapter links."""
+    nb = json.loads((ROOT / "solutions" / "08_what_vit_learns.ipynb").read_text(encoding="utf-8"))
+    sections = [line for cell in nb["cells"] if cell["cell_type"] == "markdown"
+                for line in source(cell).splitlines() if SECTION.match(line)]
+    assert len(nb["cells"]) <= 60, f"chapter 08 has {len(nb['cells'])} cells (at most about 60)"
+    assert not any("what makes a head local" in line.lower() for line in sections), sections
+    assert "](../book/heads_study.md)" in main_text(nb)
+
+
 def test_every_chapter_is_measured():
     assert [p.name for p in STUDENTS] == [p.name for p in SOLUTIONS] and len(SOLUTIONS) == 9
 

@@ -146,6 +146,17 @@ def test_deletion_figure_draws_each_ranking_in_percent():
     plt.close(fig)
 
 
+def test_deletion_figure_shades_the_band_of_other_random_draws():
+    band = ([0.65, 0.3], [0.75, 0.45])  # lowest and highest accuracy of the other draws, per fraction
+    fig = plots.plot_deletion([0.1, 0.5], {"rollout": [0.6, 0.35], "random": [0.7, 0.4]}, clean=0.8, band=band)
+    ax = fig.axes[0]
+    (shade,) = ax.collections
+    corners = shade.get_paths()[0].vertices  # the polygon of the band, in percent
+    assert {(round(x), round(y)) for x, y in corners} >= {(10, 65), (50, 30), (10, 75), (50, 45)}
+    assert ax.get_ylim()[0] < 30 and "random, other draws" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+
+
 def test_deletion_figure_tells_overlapping_lines_apart():
     curves = {"rollout": [0.6, 0.2], "last layer": [0.6, 0.2], "random": [0.7, 0.4], "centre": [0.5, 0.1],
               "patch norm": [0.7, 0.4]}  # two pairs of identical lines

@@ -1,6 +1,7 @@
-"""The appendix "How the recipes were chosen" (book/recipes.md): its tables, written when the book is built from the
-benchmarks' stored results, ``benchmarks/results/NAME.json`` (read from the checkout by
-``tools.results.benchmark_result``: maintainer tooling; the package ships only what the chapters read), and
+"""The appendix "How the recipes were chosen" (book/recipes.md) and the optional page beside it (book/heads_study.md):
+their tables, written when the book is built from the benchmarks' stored results, ``benchmarks/results/NAME.json``
+(read from the checkout by ``tools.results.benchmark_result``: maintainer tooling; the package ships only what the
+chapters read), and
 from the shipped runs' ``metrics.json``, so no number in a table is typed by hand.
 
     ```{recipe-table} ablate-mnist
@@ -173,6 +174,57 @@ def plain_findings(result):
     return header, rows
 
 
+def local_heads(ratios, line=0.8):
+    """'2 2 1 0 0 0': per layer, how many heads look less far than ``line`` times uniform attention."""
+    return " ".join(str(sum(r < line for r in layer)) for layer in ratios)
+
+
+def heads_protocols(result, control="cifar10-plain-mixup"):
+    """The optional page's first table: the basic protocol's model and the small-data run at each measured epoch."""
+    header = ["run", "epoch", "test accuracy", "most local head, layers 1-2", "layer 1 mean",
+              "local heads per layer (below 0.8x)"]
+    rows = [[run["recipe"], f"{run['epoch']:g}", percent(run["test_accuracy"]), f"{run['min_ratio_layers_1_2']:.2f}x",
+             f"{run['layer_means_ratio'][0]:.2f}x", local_heads(run["distance_ratio"])]
+            for run in result["runs"] if run["recipe"] != control]
+    return header, rows
+
+
+def heads_cutmix(result, control="cifar10-plain-mixup"):
+    """The optional page's CutMix control: the two runs at the epochs where both were measured."""
+    runs = {(run["recipe"], run["epoch"]): run for run in result["runs"]}
+    main = next(recipe for recipe, _ in runs if recipe.startswith("cifar10-plain-mix") and recipe != control)
+    epochs = sorted(epoch for recipe, epoch in runs if recipe == control and (main, epoch) in runs)
+    header = ["epoch", "test accuracy, with CutMix", "Mixup only", "most local head, with CutMix", "Mixup only",
+              "the more local by"]
+    rows = []
+    for epoch in epochs:
+        cut, mix = runs[(main, epoch)], runs[(control, epoch)]
+        gap = mix["min_ratio_layers_1_2"] - cut["min_ratio_layers_1_2"]  # > 0: the run with CutMix is more local
+        rows.append([f"{epoch:g}", percent(cut["test_accuracy"]), percent(mix["test_accuracy"]),
+                     f"{cut['min_ratio_layers_1_2']:.2f}x", f"{mix['min_ratio_layers_1_2']:.2f}x",
+                     f"{abs(gap):.2f}, {'with CutMix' if gap > 0 else 'Mixup only'}"])
+    return header, rows
+
+
+def heads_data(result):
+    """The optional page's data table: chapter 07's ViT runs at each training-set size, one value per seed."""
+    header = ["training images", "most local head, layers 1-2", "spread between seeds", "layer 1 mean",
+              "test accuracy", "best epoch", "images seen by then"]
+    rows = []
+    for size in result["sizes"]:
+        runs = sorted((r for r in result["runs"] if r["model"] == "vit" and r["images"] == size
+                       and "distance_ratio" in r), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        local = [r["min_ratio_layers_1_2"] for r in runs]
+        rows.append([f"{size:,}", ", ".join(f"{x:.2f}x" for x in local), f"{max(local) - min(local):.2f}",
+                     ", ".join(f"{sum(r['distance_ratio'][0]) / len(r['distance_ratio'][0]):.2f}x" for r in runs),
+                     ", ".join(percent(r["test_accuracy"]) for r in runs),
+                     ", ".join(f"{r['best_epoch']:.0f}" for r in runs),
+                     ", ".join(f"{r['best_epoch'] * size / 1e6:.2f}M" for r in runs)])
+    return header, rows
+
+
 def amp_trials(checkpoints=CHECKPOINTS):
     """The timed trial of `amp="native"` in each shipped run that made one (``bf16_trial`` in its metrics.json)."""
     header = ["shipped run", "machine", "float32 ms per step", "bfloat16 ms per step", "trained in"]
@@ -199,7 +251,12 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
     "matmul": (["train_throughput_bf16"], matmul),
     "amp-trials": ([], lambda: amp_trials()),  # from the shipped runs' metrics.json
     "compile-speedup": (["train_throughput_compile"], compile_speedup),
+    # the optional page "What makes a head local?" (book/heads_study.md)
+    "heads-protocols": (["plain_findings"], heads_protocols),
+    "heads-cutmix": (["plain_findings"], heads_cutmix),
+    "heads-data": (["data_scaling"], heads_data),
 }
+PAGES = {"recipes": list(TABLES)[:-3], "heads_study": list(TABLES)[-3:]}  # the page that shows each table, in order
 
 
 def table(name):

@@ -174,23 +174,30 @@ LINE_STYLES = (dict(marker="o", ls="-"), dict(marker="s", ls="-.", mfc="none"), 
                dict(marker="D", ls=(0, (6, 2, 1, 2, 1, 2)), mfc="none"), dict(marker="v", ls=(0, (1, 1.5))))
 
 
-def plot_deletion(fractions, curves, clean=None, title="the deletion test"):
+def plot_deletion(fractions, curves, clean=None, title="the deletion test", band=None,
+                  band_label="random, other draws"):
     """Accuracy against the share of patches deleted, one line per ranking (``faithfulness.deletion_curves``).
 
     A ranking that finds the patches the model uses drops below the random line; ``clean`` (the accuracy with
-    nothing deleted) is drawn as a dotted line. The accuracy axis spans the curves, not 0-100%, so that gaps of a
-    few points show.
+    nothing deleted) is drawn as a dotted line. ``band``, a pair (lowest, highest) of accuracies per fraction (e.g.
+    over other random draws), is shaded grey: how far the random line alone could move. The accuracy axis spans
+    the curves and the band, not 0-100%, so that gaps of a few points show.
     """
     fig, ax = plt.subplots(figsize=(5.4, 3.4), layout="constrained")
+    if band is not None:
+        low, high = band
+        ax.fill_between([100 * f for f in fractions], [100 * a for a in low], [100 * a for a in high],
+                        color="gray", alpha=0.25, lw=0, label=band_label)
     styles = iter(LINE_STYLES * len(curves))
     for name, accuracies in curves.items():  # each line its own marker and dash, so overlapping lines stay apart
         style = dict(color="gray", ls="--", marker="x") if name == "random" else next(styles)
         ax.plot([100 * f for f in fractions], [100 * a for a in accuracies], label=name, ms=6, lw=1.5, **style)
     if clean is not None:
         ax.axhline(100 * clean, ls=":", color="black", lw=1, label="nothing deleted")
-    values = [100 * a for accuracies in curves.values() for a in accuracies] + ([100 * clean] if clean else [])
+    values = [100 * a for accuracies in [*curves.values(), *(band or [])] for a in accuracies]
+    values += [100 * clean] if clean else []
     low, high = min(values), max(values)
     pad = 0.08 * (high - low) + 0.5
     ax.set(xlabel="patches deleted (%)", ylabel="test accuracy (%)", title=title, ylim=(low - pad, high + pad))
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="lower left")  # the curves fall to the right: the lower left stays clear
     return fig
