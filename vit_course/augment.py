@@ -202,7 +202,8 @@ def mix_batch(images, labels, rng=None, *, num_classes, cutmix=1.0, mixup=0.0, s
         lam = 1 - (bottom - top) * (right - left) / (h * w)  # the pixels actually pasted
     else:
         images = lam * images + (1 - lam) * other
-    one_hot = F.one_hot(labels, num_classes).float()  # (b, classes)
+    # (b, classes); not F.one_hot, which reads the labels' min and max back to check them: two waits a batch on a GPU
+    one_hot = torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels[:, None], 1.0)
     return images, lam * one_hot + (1 - lam) * one_hot.flip(0)
 
 
