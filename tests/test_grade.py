@@ -25,6 +25,7 @@ def notebook(path, *cells):
 
 
 def test_grades_each_check_cell_in_a_kernel(tmp_path, capsys):
+    """Without exercise headings, a line names its check cell as Jupyter numbers it, In [n]."""
     path = notebook(tmp_path / "exercises.ipynb",
                     "# Exercises", "from vit_course import checks",
                     CORRECT_TEST, "checks.split_is_correct(split_is_correct)",  # cells 3-4: passes
@@ -107,11 +108,14 @@ EMBEDDING = ("class PatchEmbedding(nn.Module):\n    def forward(self, images):\n
 
 
 def test_a_failure_that_an_earlier_exercise_explains_says_so(tmp_path, monkeypatch, capsys):
-    path = notebook(tmp_path / "04.ipynb", "from vit_course import checks", PATCHIFY, "checks.patchify(patchify)",
+    """Each line names the exercise by the number of its heading, not by the check cell's In [n]."""
+    path = notebook(tmp_path / "04.ipynb", "from vit_course import checks",
+                    "# 1. Patches\n\n### Exercise 4.1: patchify (★★☆, ~15 min)", PATCHIFY, "checks.patchify(patchify)",
                     "x = unpatchify(patchify(photo, 4), 4, 32)  # a demo cell, not the exercise",
-                    EMBEDDING, "checks.PatchEmbedding(PatchEmbedding)")
-    failures = {2: "patchify: wrong patches of a 12x8 image\n  likely cause: each patch is flattened channels-first",
-                5: "PatchEmbedding: wrong patch tokens\n  tried: PatchEmbedding(8, 4, 3, 10)(tensor(2, 3, 8, 8))"}
+                    "# 2. Embedding\n\n### Exercise 4.2: PatchEmbedding (★★☆, ~15 min)", EMBEDDING,
+                    "checks.PatchEmbedding(PatchEmbedding)")
+    failures = {3: "patchify: wrong patches of a 12x8 image\n  likely cause: each patch is flattened channels-first",
+                7: "PatchEmbedding: wrong patch tokens\n  tried: PatchEmbedding(8, 4, 3, 10)(tensor(2, 3, 8, 8))"}
 
     def fake_execute(nb, folder, timeout=None, kernel=None):
         for i, cell in enumerate(nb.cells):
@@ -122,11 +126,11 @@ def test_a_failure_that_an_earlier_exercise_explains_says_so(tmp_path, monkeypat
     monkeypatch.setattr(grade, "execute", fake_execute)
     assert grade.main([str(path)]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "✘ patchify (In [3]): wrong patches of a 12x8 image",
+        "✘ Exercise 4.1 patchify: wrong patches of a 12x8 image",
         "    likely cause: each patch is flattened channels-first",
-        "✘ PatchEmbedding (In [6]): wrong patch tokens",
+        "✘ Exercise 4.2 PatchEmbedding: wrong patch tokens",
         "    tried: PatchEmbedding(8, 4, 3, 10)(tensor(2, 3, 8, 8))",
-        "    probably caused by an earlier exercise: your patchify (In [3]) fails its check and this exercise's "
+        "    probably caused by an earlier exercise: your patchify (Exercise 4.1) fails its check and this exercise's "
         "code calls it; fix patchify first",
         "0 of 2 exercises pass"]
 
@@ -185,9 +189,9 @@ def test_optional_exercises_left_as_the_chapter_allows_are_skipped(tmp_path, cap
     path = chapter_03(tmp_path / "03.ipynb", drop_path="from vit_course import DropPath")
     assert grade.main([str(path), "--timeout", "120"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "✔ MLP (In [3])",
-        "– LayerNorm (In [5]): skipped (optional): its stub still raises NotImplementedError",
-        "– DropPath (In [8]): skipped (optional): the course's DropPath is imported in its place",
+        "✔ Exercise 3.1 MLP",
+        "– Exercise 3.2 LayerNorm: skipped (optional): its stub still raises NotImplementedError",
+        "– Exercise 3.3 DropPath: skipped (optional): the course's DropPath is imported in its place",
         "1 of 1 exercises pass; 2 optional skipped"]
 
 
@@ -215,11 +219,11 @@ def test_a_written_optional_exercise_is_graded_and_a_skipped_stub_is_named_when_
     monkeypatch.setattr(grade, "execute", fake_execute)
     assert grade.main([str(path)]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "✘ LayerNorm (In [4]): wrong output: largest difference 2",  # written, wrong: graded like any exercise
-        "– DropPath (In [7]): skipped (optional): its stub still raises NotImplementedError",
-        "✘ EncoderBlock (In [10]): not done yet: DropPath (EncoderBlock uses it). Replace ...",
-        "    probably caused by an optional exercise you skipped: this exercise's code calls your DropPath (In [7]), "
-        "whose stub still raises; write it, or use the course's: `from vit_course import DropPath`",
+        "✘ Exercise 3.2 LayerNorm: wrong output: largest difference 2",  # written, wrong: graded like any exercise
+        "– Exercise 3.3 DropPath: skipped (optional): its stub still raises NotImplementedError",
+        "✘ Exercise 3.4 EncoderBlock: not done yet: DropPath (EncoderBlock uses it). Replace ...",
+        "    probably caused by an optional exercise you skipped: this exercise's code calls your DropPath "
+        "(Exercise 3.3), whose stub still raises; write it, or use the course's: `from vit_course import DropPath`",
         "0 of 2 exercises pass; 1 optional skipped"]
 
 

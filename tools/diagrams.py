@@ -222,9 +222,9 @@ def heads_split_merge(ax):
          ha="left")
     x0 = 140
     for k, (edge, fill) in enumerate(HEADS):
-        b = grid(ax, x0 + k * (d * big + 10), 40, 1, d, big, (edge, fill))
-        text(ax, b.cx, b.b + 11, f"head {k + 1}" if k < h - 1 else "head $h$", size=9.5, color=edge)
-    text(ax, x0 + h * (d * big + 10) + 6, 52, "$h \\cdot d = D$", ha="left", size=10.5)
+        b = grid(ax, x0 + k * (d * big + 18), 40, 1, d, big, (edge, fill))
+        text(ax, b.cx, b.b + 11, f"head {k}" if k < h - 1 else "head $h{-}1$", size=9.5, color=edge)
+    text(ax, x0 + h * (d * big + 18) + 6, 52, "$h \\cdot d = D$", ha="left", size=10.5)
     colors = [[HEADS[col // d][1] for col in range(D)] for _ in range(n)]
     strong = [[HEADS[col // d][0] for col in range(D)] for _ in range(n)]
     c, top, mid = 11, 110, 212

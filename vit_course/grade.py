@@ -1,10 +1,11 @@
 """Grade a learner's notebook (all chapters): ``python -m vit_course grade NOTEBOOK``.
 
 Runs the notebook top to bottom in a fresh kernel (going on after errors, stopping after its last check
-cell) and prints one line per exercise check cell: ✔ or ✘, the exercise's name and the cell's number as Jupyter
-shows it after "Restart kernel and run all" (``In [n]``). An optional exercise (headed ``### Exercise N.k
-(optional): name``) left as the chapter allows, its stub untouched or the course's version imported in its place,
-is "skipped", not failed. Under a ✘ come what went wrong, what the check tried,
+cell) and prints one line per exercise check cell: ✔ or ✘, the exercise's number and name as its heading gives
+them (``✔ Exercise 1.2 SelfAttention``; a check cell without a ``### Exercise N.k: name`` heading is named by the
+cell's number as Jupyter shows it after "Restart kernel and run all", ``In [n]``). An optional exercise (headed
+``### Exercise N.k (optional): name``) left as the chapter allows, its stub untouched or the course's version
+imported in its place, is "skipped", not failed. Under a ✘ come what went wrong, what the check tried,
 the likely cause and where in the learner's code, and, when the exercise's code calls an earlier exercise that
 fails its own check, that the failure probably comes from there. Then ``K of N exercises pass`` (skipped ones
 not counted). Exit code 0 when all pass or are skipped. The notebook file is left as it was.
@@ -21,6 +22,7 @@ from .kernel import TIMEOUT, run
 
 CHECK_CALL = re.compile(r"^[^#\n]*?\bchecks\.(\w+)\(", re.M)  # a call outside a comment
 OPTIONAL = re.compile(r"^###\s+Exercise\s+\d+\.\d+\s*\(optional\)\s*:\s*`?(\w+)", re.M)
+HEADING = re.compile(r"^###\s+Exercise\s+(\d+\.\d+)\s*(?:\(optional\))?\s*:\s*`?(\w+)", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CELL_NUMBERS = ("In [n] is the number Jupyter shows beside a code cell once the notebook has run top to bottom in a "
                 "fresh kernel (Kernel > Restart Kernel and Run All Cells), which is how grade runs it. pytest "
@@ -42,6 +44,17 @@ def check_cells(nb):
 def optional_exercises(nb):
     """Names of the exercises a notebook's headings mark optional: ``### Exercise 3.2 (optional): LayerNorm``."""
     return {name for cell in nb.cells if cell.cell_type == "markdown" for name in OPTIONAL.findall(cell.source)}
+
+
+def exercise_numbers(nb):
+    """{exercise name: its number} from the headings ``### Exercise 1.2: SelfAttention (...)``."""
+    return {name: number for cell in nb.cells if cell.cell_type == "markdown"
+            for number, name in HEADING.findall(cell.source)}
+
+
+def title(name, where):
+    """How a line names an exercise: ``Exercise 1.2 SelfAttention``, or ``name (In [n])`` without a heading."""
+    return f"{where} {name}" if where.startswith("Exercise ") else f"{name} ({where})"
 
 
 def imports_reference(nb, since, index, name):
@@ -152,15 +165,16 @@ def uses(nb, since, index, name, other):
 
 
 def grade(path, timeout=TIMEOUT, kernel="python3"):
-    """Run the notebook at ``path``; returns [(exercise, cell number, passed, message, earlier)]. ``passed``: True,
-    False, or None for an optional exercise skipped (``message`` then says how); ``earlier``: the (exercise, cell
-    number) of earlier failing, or skipped and still unwritten, exercises this exercise's code calls."""
+    """Run the notebook at ``path``; returns [(exercise, where, passed, message, earlier)]. ``where``: "Exercise
+    N.k" from the exercise's heading, else the check cell's number ("In [n]"); ``passed``: True, False, or None for
+    an optional exercise skipped (``message`` then says how); ``earlier``: the (exercise, where) of earlier
+    failing, or skipped and still unwritten, exercises this exercise's code calls."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     cells = check_cells(nb)
     if not cells:
         return []
-    optional = optional_exercises(nb)
+    optional, numbers = optional_exercises(nb), exercise_numbers(nb)
     nb.cells = nb.cells[:cells[-1][0] + 1]  # nothing after the last check can change a verdict
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -174,9 +188,10 @@ def grade(path, timeout=TIMEOUT, kernel="python3"):
                                                                                             other)]
         if why:
             passed, message = None, f"skipped (optional): {why}"
-        results.append((name, cell_number(nb, index), passed, message, earlier))
+        where = f"Exercise {numbers[name]}" if name in numbers else cell_number(nb, index)
+        results.append((name, where, passed, message, earlier))
         if passed is False or (why and "NotImplementedError" in why):  # a stub left in place breaks its callers
-            failed.append((name, cell_number(nb, index)))
+            failed.append((name, where))
         since = index + 1
     return results
 
@@ -184,23 +199,23 @@ def grade(path, timeout=TIMEOUT, kernel="python3"):
 def report(results):
     """The lines grade prints for ``results``."""
     out, skipped_names = [], {result[0] for result in results if result[2] is None}
-    for name, number, passed, message, earlier in results:
+    for name, where, passed, message, earlier in results:
         if passed:
-            out.append(f"✔ {name} ({number})")
+            out.append(f"✔ {title(name, where)}")
             continue
         if passed is None:
-            out.append(f"– {name} ({number}): {message}")
+            out.append(f"– {title(name, where)}: {message}")
             continue
         head, *details = message.split("\n") or [""]
-        out.append(f"✘ {name} ({number}): {head.strip()}")
+        out.append(f"✘ {title(name, where)}: {head.strip()}")
         out += [f"    {line.strip()}" for line in details if line.strip()]
-        for other, where in earlier:
+        for other, at in earlier:
             if other in skipped_names:
                 out.append(f"    probably caused by an optional exercise you skipped: this exercise's code calls your "
-                           f"{other} ({where}), whose stub still raises; write it, or use the course's: "
+                           f"{other} ({at}), whose stub still raises; write it, or use the course's: "
                            f"`from vit_course import {other}`")
                 continue
-            out.append(f"    probably caused by an earlier exercise: your {other} ({where}) fails its check and "
+            out.append(f"    probably caused by an earlier exercise: your {other} ({at}) fails its check and "
                        f"this exercise's code calls it; fix {other} first")
     graded = [result for result in results if result[2] is not None]
     passing = sum(bool(result[2]) for result in graded)
@@ -212,10 +227,10 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m vit_course grade", description="Run a notebook in a fresh kernel and say which exercises "
         "pass their checks: one line per check cell, ✔ or ✘ (or skipped, for an optional exercise left as the chapter "
-        "allows), the exercise and its cell as Jupyter numbers it "
-        "(In [n]); under a ✘ what went wrong, what the check tried, the likely cause, the line of your code, and "
-        "whether an earlier exercise that fails is probably the cause; then 'K of N exercises pass'. Exit code 0 "
-        "when all pass or are skipped, 1 otherwise.",
+        "allows), and the exercise, by its number and name (Exercise 1.2 SelfAttention; without a heading, by its "
+        "cell as Jupyter numbers it, In [n]); under a ✘ what went wrong, what the check tried, the likely cause, "
+        "the line of your code, and whether an earlier exercise that fails is probably the cause; then 'K of N "
+        "exercises pass'. Exit code 0 when all pass or are skipped, 1 otherwise.",
         epilog=f"{CELL_NUMBERS}. The run goes on after errors and stops after the last check cell; the notebook "
                "file is not changed.")
     parser.add_argument("notebook", type=Path,

@@ -63,6 +63,9 @@ SINCOS_RECIPROCAL = ("the frequencies grow: omega_j = 1 / temperature ** (j / (d
                      "1/temperature (temperature ** (...) without the reciprocal grows to temperature)")
 SINCOS_INTERLEAVED = ("sines and cosines are interleaved (sin, cos, sin, cos, ...): the contract puts them in four "
                       "blocks of dim/4 columns, [sin x | cos x | sin y | cos y]")
+SINCOS_SINES_FIRST = ("the blocks are in the wrong order: the contract is [sin x | cos x | sin y | cos y] (the grid "
+                      "column x's sines and cosines in the first half, the grid row y's in the second), not the sines "
+                      "of both first, [sin x | sin y | cos x | cos y]")
 SINCOS_TEMPERATURE = "temperature is ignored: the lowest frequency is 1/temperature, not always 1/10000"
 SINCOS_BATCH = "return the table (gh*gw, dim) without a batch axis: the caller adds it, table[None]"
 SINCOS_START_STEP = "row and column i sit at position start + step * i: use start and step, not i alone"
@@ -183,9 +186,9 @@ def add_class_token_and_position(c, fn):
 
 @check("sincos_position_embedding")
 def sincos_position_embedding(c, fn):
-    """(grid (gh, gw) or an int, dim) -> (gh*gw, dim): row k is patch k (row by row), columns [sin x | cos x | sin y |
-    cos y] at frequencies 1 / temperature ** (j / (dim/4 - 1)); ``temperature`` used; row and column i at position
-    start + step * i."""
+    """(grid (gh, gw) or an int, dim) -> (gh*gw, dim): table row k is patch k (row by row), features [sin x | cos x |
+    sin y | cos y] at frequencies 1 / temperature ** (j / (dim/4 - 1)); ``temperature`` used; grid row and column i
+    at position start + step * i."""
     for grid, dim, kwargs in (((3, 4), 8, {}), ((4, 4), 16, {}), (5, 12, {}), ((2, 5), 8, dict(temperature=100.0))):
         c.phase("output")
         got = c.call(fn, grid, dim, **kwargs)
@@ -563,6 +566,12 @@ def sincos_interleaved(grid, dim, temperature=10000.0, start=0.0, step=1.0):
                      dim=1)
 
 
+def sincos_sines_first(grid, dim, temperature=10000.0, start=0.0, step=1.0):
+    y, x = _positions(grid, start, step)
+    x, y = x[:, None] * _omega(dim, temperature), y[:, None] * _omega(dim, temperature)
+    return torch.cat([x.sin(), y.sin(), x.cos(), y.cos()], dim=1)  # both sines, then both cosines
+
+
 def sincos_fixed_temperature(grid, dim, temperature=10000.0, start=0.0, step=1.0):
     y, x = _positions(grid, start, step)
     x, y = x[:, None] * _omega(dim), y[:, None] * _omega(dim)  # always 10000
@@ -599,6 +608,7 @@ SLIPS += [Slip("sincos_position_embedding", name, rule, hint, impl) for name, ru
     ("exponent_over_quarter", "output", SINCOS_EXPONENT, sincos_exponent_over_quarter),
     ("no_reciprocal", "output", SINCOS_RECIPROCAL, sincos_no_reciprocal),
     ("interleaved", "output", SINCOS_INTERLEAVED, sincos_interleaved),
+    ("sines_first", "output", SINCOS_SINES_FIRST, sincos_sines_first),
     ("fixed_temperature", "output", SINCOS_TEMPERATURE, sincos_fixed_temperature),
     ("batch_axis", "output", SINCOS_BATCH, sincos_batch_axis),
     ("index_positions", "positions", SINCOS_START_STEP, sincos_index_positions),

@@ -531,6 +531,29 @@ def count_layerscale_for_zero(**config):
     zero = config.get("init_values") is not None and not config["init_values"]
     return right + 2 * config["dim"] * config["depth"] if zero else right
 
+def count_patches_from_the_image(image_size, patch_size, in_channels, num_classes, dim, depth, num_heads=None,
+                                 mlp_ratio=4.0, pool="cls", pos_embed="learned", class_token=None, qkv_bias=True,
+                                 stem_channels=None, init_values=None, **_):
+    """Sizes the patch projection and the patches from in_channels and image_size, not from the given lines'
+    channels, height, width: right for a plain ViT, wrong after a hybrid's stem."""
+    class_token = pool == "cls" if class_token is None else class_token
+    hidden = int(dim * mlp_ratio)
+    channels, height, width = in_channels, *ref.to_pair(image_size)
+    stem = 0
+    for c_out in stem_channels or ():
+        stem += 9 * channels * c_out + 2 * c_out
+        channels, height, width = c_out, (height + 1) // 2, (width + 1) // 2
+    image_height, image_width = ref.to_pair(image_size)
+    num_patches = (image_height // patch_size) * (image_width // patch_size)  # the image's patches, not the map's
+    patch_embed = patch_size * patch_size * in_channels * dim + dim  # the image's channels, not the stem's
+    tokens = dim * class_token + (num_patches + class_token) * dim * (pos_embed == "learned")
+    block = (2 * 2 * dim + 3 * dim * dim + 3 * dim * qkv_bias + dim * dim + dim
+             + dim * hidden + hidden + hidden * dim + dim + 2 * dim * bool(init_values))
+    return stem + patch_embed + tokens + depth * block + 2 * dim + dim * num_classes + num_classes
+
+
+VIT_STEM_OUTPUT = ("the patch projection reads the stem's output (channels, height, width of the given lines), not "
+                   "in_channels and image_size")
 BLOCK_BIASES = ("qkv_bias", "proj_bias", "fc1_bias", "fc2_bias")
 SLIPS += [Slip("count_parameters", name, "output", hint, count(*slips)) for name, hint, slips in [
     ("square_n", "N counts the patches of a square: N = (height / P) * (width / P)", ["square"]),
@@ -582,6 +605,7 @@ SLIPS += [Slip("count_parameters", name, "output", hint, count(*slips)) for name
     ("layerscale_for_zero", "output", "init_values=0.0 builds no LayerScale (EncoderBlock tests `if init_values`, "
      "and 0.0 is false): count 2D per block only when init_values is a non-zero number",
      count_layerscale_for_zero),
+    ("patches_from_the_image", "output", VIT_STEM_OUTPUT, count_patches_from_the_image),
     ("float", "int", VIT_FLOAT, lambda **cfg: float(ref.count_parameters(**cfg))),
     ("built", "formula", VIT_BUILT, lambda **cfg: sum(p.numel() for p in ref.ViT(**cfg).parameters())),
     ("nan", "output", NAN, lambda **cfg: float("nan")),
