@@ -151,6 +151,21 @@ def test_the_appendix_prose_quotes_only_accuracies_its_tables_show():
         assert missing == [], f"book/{page}.md quotes accuracies that no table shows: {missing}"
 
 
+@pytest.mark.repo_text
+def test_the_appendix_opens_with_a_summary_that_links_every_section():
+    """After its first paragraph the appendix shows one table of its decisions (decision, evidence, effect, seeds),
+    and the evidence column links every section of the page, so a new section cannot go unsummarised."""
+    intro, rest = APPENDIX.split("\n\n", 2)[1:]
+    assert rest.startswith(":::{table}") and ":name: recipes-decisions" in rest.split("\n\n", 1)[0], intro
+    summary = rest.split("\n:::\n", 1)[0]
+    assert "| decision | evidence | effect | seeds |" in summary
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) >= 10 and all(line.count(" | ") == 3 for line in rows)
+    labels = set(re.findall(r"^\((recipes-[\w-]+)\)=$", APPENDIX, re.M))
+    linked = set(re.findall(r"\]\(#(recipes-[\w-]+)\)", summary))
+    assert labels and labels == linked, (labels - linked, linked - labels)
+
+
 def test_fold_solutions_tags_exercise_cells_only():
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
@@ -307,7 +322,8 @@ def test_results_table_is_generated_from_the_metrics(html):
 
 
 def test_appendix_tables_are_generated_from_the_stored_results(html):
-    pages = {page: re.findall(r"<table.*?</table>", (html / f"{page}.html").read_text(), re.S)
+    pages = {page: [table for table in re.findall(r"<table.*?</table>", (html / f"{page}.html").read_text(), re.S)
+                    if 'id="recipes-decisions"' not in table.split(">", 1)[0]]  # the typed summary, not generated
              for page in course_recipes.PAGES}
     assert [len(tables) for tables in pages.values()] == [len(names) for names in course_recipes.PAGES.values()]
     for name, table in zip(sum(course_recipes.PAGES.values(), []), sum(pages.values(), []), strict=True):
