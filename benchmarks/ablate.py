@@ -63,6 +63,7 @@ def main(argv=None):
     run = {"recipe": args.name, "set": changes, "seed": args.seed, "budget": args.budget,
            **{key: metrics[key] for key in ("test_accuracy", "epochs", "wall_seconds", "threads", "cpu_load_before",
                                             "cpu_load_after", "machine")},
+           "val_accuracy": metrics.get("val_accuracy"),  # what a choice is made on (runs before the split: None)
            "thread_changes": [],  # a run keeps its threads; earlier records list (seconds, threads) changes here
            "test_accuracy_one_view": one_view_accuracy(metrics),
            # the whole recipe the run trained, so the record still says what it measured once the recipe changes

@@ -48,7 +48,8 @@ def run_once(name, seed, out):
 
     metrics = recorded(command, path)  # the run's metrics.json gets the machine and load too, should it ship
     wall = time.perf_counter() - started
-    return {"seed": seed, "test_accuracy": metrics["test_accuracy"], "wall_seconds": round(wall, 1),
+    return {"seed": seed, "test_accuracy": metrics["test_accuracy"], "val_accuracy": metrics.get("val_accuracy"),
+            "wall_seconds": round(wall, 1),
             "test_accuracy_one_view": one_view_accuracy(metrics),
             "epochs": metrics["epochs"], "precision": metrics.get("precision", "fp32"),
             "threads": metrics.get("threads"), "load_before": metrics["cpu_load_before"], "waited_seconds": waited,
