@@ -140,22 +140,19 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
     every ``eval_every`` epochs, and on the test set once, at the end.
 
     Args:
-        train_loader, val_loader, test_loader (optional): iterables of (x (b, C, H, W), y (b,)) with a len()
-            (``batches.loaders`` makes the three); a loader with ``set_epoch`` (``batches.DeviceLoader``) is told the
-            epoch a resumed run starts at
+        train_loader, val_loader, test_loader (optional): iterables of (x (b, C, H, W), y (b,)) with a len(), as
+            ``batches.loaders`` makes them; one with ``set_epoch`` is told the epoch a resumed run starts at
         config: a ``TrainConfig``; settings: its fields as keywords, which replace config's, e.g.
-            ``fit(model, train, val, epochs=3, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1)``
-        device: None picks CUDA, then MPS, then the CPU
+            ``fit(model, train, val, epochs=3, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1)``;
+            device: None picks CUDA, then MPS, then the CPU
         checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history, random state);
             with ``resume=True`` and that file present, training continues after its last epoch
-        progress: a bar per epoch and a line after it
-        run_info: a dict of plain values stored in the checkpoint too (e.g. the recipe's name and settings)
+        progress: a bar per epoch and a line after it; run_info: plain values the checkpoint stores too
     Returns the history: dict of lists, one entry per evaluation: epoch (fractional where the budget cut it),
     train_loss (the mean since the previous evaluation), val_loss, val_acc, lr, seconds (cumulative); with a
     test_loader also "test": {"loss", "acc"} of the trained model (one view; with test_flips also "flip_acc").
-    Without a time budget a CPU run repeats exactly, a GPU run nearly (some kernels add in a varying order).
-    KeyboardInterrupt: the model is left in eval mode with the last step's weights, the checkpoint keeps the last
-    finished epoch, and the interrupt is re-raised.
+    Without a time budget a CPU run repeats exactly, a GPU run nearly. KeyboardInterrupt: the model is left in eval
+    mode with the last step's weights, the checkpoint keeps the last finished epoch, and the interrupt is re-raised.
     """
     config = dataclasses.replace(config, **settings) if config is not None else TrainConfig(**settings)
     if config.epochs is None and config.time_budget is None:
@@ -164,21 +161,15 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
     device = pick_device(device)
     model.to(device)
     autocast, scaler = amp_settings(config.amp, device)
-    fused = device.type in FUSED_ADAMW  # one kernel for all the parameters, no host read of the step counts
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=fused)
-    compiled = config.compile if config.compile is not None else device.type == "cuda"
-    forward = torch.compile(model) if compiled else model  # the same parameters; model is what is saved
+    optimizer, forward = _optimizer(model, config, device)
     torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
     history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
     test_passes = 0 if test_loader is None else 3 if config.test_flips else 1  # flips: one view, then both views
-    budget = Budget(config.time_budget, spent, len(val_loader) + test_passes * len(test_loader or ()))
+    budget = Budget(config.time_budget, spent, final_batches=len(val_loader) + test_passes * len(test_loader or ()))
     since_eval = []  # the training losses since the last evaluation: its train_loss is their mean
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
-            # at most one bar update a second: in a notebook each update is a widget message, and a flood of them
-            # overflows the kernel's output queue, which drops messages (nbval then waits for one that never comes)
-            bar = tqdm(train_loader, desc=f"epoch {epoch + 1}/{config.epochs or '(budget)'}", leave=False,
-                       disable=not progress, mininterval=1.0)
+            bar = _bar(train_loader, f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
             losses, lr, step = _train_epoch(forward, bar, optimizer, step, config, budget, (autocast, scaler))
             since_eval += losses
             last = epoch + 1 == config.epochs or budget.left() <= 0
@@ -203,6 +194,23 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
         history["test"] = _test(model, test_loader, autocast, config.test_flips, progress)
     model.eval()
     return history
+
+
+def _optimizer(model, config, device):
+    """-> (AdamW over ``param_groups``, fused into one kernel where the device has it: no host read of the step
+    counts; the model the steps run, compiled on CUDA unless ``config.compile`` says otherwise: the same parameters,
+    and ``model`` is what is saved)."""
+    fused = device.type in FUSED_ADAMW
+    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=fused)
+    compiled = config.compile if config.compile is not None else device.type == "cuda"
+    return optimizer, torch.compile(model) if compiled else model
+
+
+def _bar(loader, description, progress):
+    """An epoch's progress bar, updated at most once a second: in a notebook each update is a widget message, and a
+    flood of them overflows the kernel's output queue, which drops messages (nbval then waits for one that never
+    comes)."""
+    return tqdm(loader, desc=description, leave=False, disable=not progress, mininterval=1.0)
 
 
 def _train_epoch(model, bar, optimizer, step, config, budget, amp):
