@@ -325,7 +325,7 @@ def test_gpu_check_smoke_runs_every_kind_of_step_and_records_it(tmp_path):
     steps = {(s["kind"], s["name"]): s for s in record["steps"]}
     assert set(steps) == {("notebook", "01"), ("recipe", "mnist"), ("recipe", "cifar10"), ("recipe", "cifar10-gpu"),
                           ("recipe", "cifar10-fast"), ("precision", "float16+scaler"), ("precision", "bfloat16"),
-                          ("parity", "timm"), ("stability", "chapter 07's twin")}
+                          ("parity", "timm"), ("stability", "mean-pooled ViT")}
     assert all(s["ok"] for s in steps.values()), [s for s in steps.values() if not s["ok"]]
     assert steps[("recipe", "mnist")]["epochs"] == 1 and 0 <= steps[("recipe", "mnist")]["accuracy"] <= 1
     assert steps[("precision", "float16+scaler")]["loss_scale"] > 0
@@ -340,7 +340,7 @@ def test_a_gpu_check_step_that_fails_is_recorded_and_the_check_goes_on():
     assert gpu_check.step("parity", "timm", lambda: {"pytest": "15 passed"})["ok"]
     full = ({("notebook", p.name[:2]) for p in gpu_check.NOTEBOOKS} | {("recipe", r) for r in gpu_check.CHECK_RECIPES}
             | {("precision", p) for p in gpu_check.PRECISIONS}
-            | {("parity", "timm"), ("stability", "chapter 07's twin")})
+            | {("parity", "timm"), ("stability", "mean-pooled ViT")})
     assert full == set(results.GPU_STEPS), "the results page's list of a full run's steps and gpu_check's differ"
 
 

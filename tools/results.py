@@ -176,7 +176,7 @@ GPU_HEADER = ["step", "ok", "seconds", "what it did"]
 GPU_STEPS = ([("notebook", f"{n:02d}") for n in range(1, 10)]  # the steps of a full run of benchmarks/gpu_check.py
              + [("recipe", name) for name in ("mnist", "cifar10", "cifar10-gpu", "cifar10-fast")]
              + [("precision", "float16+scaler"), ("precision", "bfloat16"), ("parity", "timm")]
-             + [("stability", "chapter 07's twin")])
+             + [("stability", "mean-pooled ViT")])
 
 
 def gpu_check(results=BENCHMARKS):
