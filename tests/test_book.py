@@ -105,10 +105,29 @@ def test_each_appendix_table_is_rectangular_and_not_empty(name):
                                           ("flip-tta", "flip_tta")])
 def test_appendix_tables_follow_the_stored_runs(name, result):
     runs = benchmark_result(result)["runs"]
+    if name == "ablate-cifar10":  # the crop comparison's runs have their own table
+        runs = [run for run in runs if not course_recipes.crop_comparison(run)]
     header, rows = course_recipes.table(name)
     column = [h for h in header if h in ("test accuracy", "one view")][0]
     assert [row[header.index(column)].split()[0] for row in rows] == [f"{100 * r['test_accuracy']:.2f}%" for r in runs]
     assert [row[header.index("epochs")] for row in rows] == [f"{r['epochs']:.2f}" for r in runs]
+
+
+def test_the_crop_table_puts_the_validation_runs_first_and_marks_the_earlier_ones():
+    result = {"runs": [
+        {"set": {}, "seed": 0, "machine": {}, "epochs": 40.0, "test_accuracy": 0.83, "test_accuracy_one_view": 0.81,
+         "settings": {"augment": {"padding": 0}}},
+        {"set": {"augment.padding": 4}, "seed": 1, "machine": {}, "epochs": 39.5, "test_accuracy": 0.845,
+         "test_accuracy_one_view": 0.83, "val_accuracy": 0.8412, "settings": {"augment": {"padding": 0}}},
+        {"set": {"train.lr": 0.003}, "seed": 0, "machine": {}, "epochs": 9.0, "test_accuracy": 0.7,
+         "settings": {"augment": {"padding": 0}}}]}
+    header, rows = course_recipes.crop_cifar10(result)
+    assert len(rows) == 2  # the learning-rate run is not part of the comparison
+    row = dict(zip(header, rows[0], strict=True))
+    assert (row["training images"], row["crop"], row["seed"], row["validation accuracy"]) == (
+        "45,000", "padding 4", "1", "84.12%")
+    row = dict(zip(header, rows[1], strict=True))
+    assert (row["training images"], row["crop"], row["validation accuracy"]) == ("50,000", "none", "not held out")
 
 
 def test_the_plain_vit_tables_follow_their_records():

@@ -38,6 +38,8 @@ SETTINGS_BEFORE = {
     "mnist": {"epochs": None, "lr": 2e-3, "weight_decay": 0.05, "warmup_epochs": 0.5, "label_smoothing": 0.1,
               "min_lr": 1e-5, "batch_size": 128, "augment": {"max_shift": 1}, "seed": 0},
 }
+# what each recipe changed since: a checkpoint of the recipe as it was is refused, one with the change accepted
+CHANGED_SINCE = {"cifar10": {"augment": {"padding": 4}}}  # the crop, chosen on the validation split
 
 
 class Accepted(Exception):
@@ -51,11 +53,15 @@ def test_the_settings_stored_before_are_accepted_and_others_refused(tmp_path, mo
 
     monkeypatch.setattr(recipes, "pick_threads", accepted)  # the first thing train_recipe does after the check
     model = ViT(**recipes.RECIPES[name]["model"])
-    for settings, expected in ((SETTINGS_BEFORE[name], Accepted), ({**SETTINGS_BEFORE[name], "seed": 1}, ValueError)):
+    before = {**SETTINGS_BEFORE[name], **CHANGED_SINCE.get(name, {})}
+    cases = [(before, Accepted), ({**before, "seed": 1}, ValueError)]
+    if name in CHANGED_SINCE:
+        cases.append((SETTINGS_BEFORE[name], ValueError))  # trained without the change: not this recipe's run
+    for settings, expected in cases:
         save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings=settings)
         with pytest.raises(expected):
             recipes.train_recipe(name, out=tmp_path, resume=True, progress=False, device="cpu")
-    save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings={**SETTINGS_BEFORE[name], "amp": "bf16"})
+    save_checkpoint(tmp_path / "checkpoint.pt", model, recipe=name, settings={**before, "amp": "bf16"})
     with pytest.raises(ValueError, match="settings differ"):  # only "native", the default it became, is let through
         recipes.train_recipe(name, out=tmp_path, resume=True, progress=False, device="cpu")
 

@@ -1,8 +1,7 @@
 """The appendix "How the recipes were chosen" (book/recipes.md) and the optional page beside it (book/heads_study.md):
 their tables, written when the book is built from the benchmarks' stored results, ``benchmarks/results/NAME.json``
 (read from the checkout by ``tools.results.benchmark_result``: maintainer tooling; the package ships only what the
-chapters read), and
-from the shipped runs' ``metrics.json``, so no number in a table is typed by hand.
+chapters read), so no number in a table is typed by hand.
 
     ```{recipe-table} ablate-mnist
     ```
@@ -16,7 +15,7 @@ from course_chapters import make_table
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from tools.results import BENCHMARKS, CHECKPOINTS, benchmark_result, read_metrics
+from tools.results import BENCHMARKS, benchmark_result
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +69,41 @@ def ablate_mnist(result):
     return header, rows
 
 
+def crop_comparison(run):
+    """A run of the crop comparison: the recipe in its half hour with nothing changed but, maybe, the crop."""
+    return set(run["set"]) <= {"augment.padding"}
+
+
 def ablate_cifar10(result):
     header = ["machine", "length", "stem", "precision", "other changes", "threads", "epochs", "test accuracy"]
     precision = {"off": "float32", "bf16": "bfloat16", None: "native"}
     rows = []
     for run in result["runs"]:
+        if crop_comparison(run):  # its own table, below
+            continue
         flips = run.get("settings", {}).get("train", {}).get("test_flips", False)  # the final evaluation's mirror
         rows.append([machine_name(run["machine"]), length_cell(run), stem_cell(run, [64, 128]),
                      precision[run["set"].get("train.amp")], changes_cell(run), threads_cell(run),
                      f"{run['epochs']:.2f}",
                      percent(run["test_accuracy"]) + (" with test-time flips" if flips else "")])
+    return header, rows
+
+
+def crop_cifar10(result):
+    """The crop comparison's runs: the ones on validation first (the decision), then the earlier ones on test."""
+    header = ["training images", "crop", "seed", "machine", "epochs", "validation accuracy", "test accuracy",
+              "test, one view"]
+    runs = [run for run in result["runs"] if crop_comparison(run)]
+    runs.sort(key=lambda run: run.get("val_accuracy") is None)  # stable: each group keeps its recorded order
+    rows = []
+    for run in runs:
+        padding = run["set"].get("augment.padding", run["settings"]["augment"]["padding"])
+        held_out = run.get("val_accuracy") is not None  # recorded after the split: 5,000 images held out
+        rows.append(["45,000" if held_out else "50,000", f"padding {padding}" if padding else "none",
+                     str(run["seed"]), machine_name(run["machine"]), f"{run['epochs']:.2f}",
+                     percent(run["val_accuracy"]) if held_out else "not held out",
+                     percent(run["test_accuracy"]) + " with test-time flips",
+                     percent(run["test_accuracy_one_view"])])
     return header, rows
 
 
@@ -225,16 +249,12 @@ def heads_data(result):
     return header, rows
 
 
-def amp_trials(checkpoints=CHECKPOINTS):
-    """The timed trial of `amp="native"` in each shipped run that made one (``bf16_trial`` in its metrics.json)."""
+def amp_trials(result):
+    """The timed trial of `amp="native"` that shipped runs made (``bf16_trial`` in their metrics.json, kept in
+    ``amp_trials.json`` once a run is re-shipped)."""
     header = ["shipped run", "machine", "float32 ms per step", "bfloat16 ms per step", "trained in"]
-    rows = []
-    for path in sorted(checkpoints.glob("*/metrics.json")):
-        metrics = read_metrics(path)
-        trial = metrics.get("bf16_trial")
-        if trial:
-            rows.append([path.parent.name, machine_name(metrics.get("machine")), f"{trial['fp32_ms']:.1f}",
-                         f"{trial['bf16_ms']:.1f}", "bfloat16" if trial["bf16"] else "float32"])
+    rows = [[run["run"], machine_name(run["machine"]), f"{run['fp32_ms']:.1f}", f"{run['bf16_ms']:.1f}",
+             "bfloat16" if run["bf16"] else "float32"] for run in result["runs"]]
     return header, rows
 
 
@@ -242,6 +262,7 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
     "ablate-mnist": (["ablate_mnist"], ablate_mnist),
     "stem-speed": (["stem_speed"], stem_speed),
     "ablate-cifar10": (["ablate_cifar10"], ablate_cifar10),
+    "crop-cifar10": (["ablate_cifar10"], crop_cifar10),
     "short-schedule": (["short_schedule_mnist", "short_schedule_cifar10"], short_schedule),
     "flip-tta": (["flip_tta"], flip_tta),
     "plain-protocol-cost": (["plain_protocol_cost"], plain_protocol_cost),
@@ -249,7 +270,7 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
     "plain-findings": (["plain_findings"], plain_findings),
     "bf16-speedup": (["train_throughput_bf16"], bf16_speedup),
     "matmul": (["train_throughput_bf16"], matmul),
-    "amp-trials": ([], lambda: amp_trials()),  # from the shipped runs' metrics.json
+    "amp-trials": (["amp_trials"], amp_trials),
     "compile-speedup": (["train_throughput_compile"], compile_speedup),
     # the optional page "What makes a head local?" (book/heads_study.md)
     "heads-protocols": (["plain_findings"], heads_protocols),
@@ -278,9 +299,6 @@ class RecipeTable(SphinxDirective):
             return []
         for file in TABLES[name][0]:
             self.env.note_dependency(str(BENCHMARKS / f"{file}.json"))
-        if name == "amp-trials":  # read from the shipped runs' metrics
-            for path in CHECKPOINTS.glob("*/metrics.json"):
-                self.env.note_dependency(str(path))
         header, rows = table(name)
         widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
         return [make_table(header, rows, widths=widths)]
