@@ -190,8 +190,8 @@ def test_a_budget_used_up_before_training_starts_is_refused(monkeypatch):
 
 
 def test_recipe_augmentation_reaches_the_loader(monkeypatch):
-    """The CPU recipes' milder augmentation reaches the loader: CIFAR-10 flips without cropping (the standard
-    pads by 4, which the GPU recipe keeps), MNIST shifts by up to 1 pixel (the standard: 2)."""
+    """The recipes' augmentation reaches the loader: CIFAR-10 crops with padding 4 and flips (the crop chosen on
+    the validation split), as the GPU recipe does; MNIST shifts by up to 1 pixel (the standard: 2)."""
     class Captured(Exception):
         pass
 
@@ -200,7 +200,7 @@ def test_recipe_augmentation_reaches_the_loader(monkeypatch):
 
     monkeypatch.setattr(recipes, "loaders", spy)
     monkeypatch.setattr(recipes, "pick_threads", lambda threads=None: torch.get_num_threads())
-    for name, channels, shift in [("cifar10", 3, 0), ("cifar10-gpu", 3, 4), ("mnist", 1, 1)]:
+    for name, channels, shift in [("cifar10", 3, 4), ("cifar10-gpu", 3, 4), ("mnist", 1, 1)]:
         with pytest.raises(Captured) as caught:
             recipes.train_recipe(name, device="cpu", progress=False)
         augment = caught.value.args[0]
