@@ -9,8 +9,9 @@ recipe's shape, on this machine's device. Counted over ``--steps`` steps after o
 - host reads: the calls that need a device value on the host (``.item()``, ``float()``, ``int()``, ``bool()``,
   ``.tolist()``, ``nonzero()``): on a GPU each waits until the device has caught up, so the host cannot queue the
   next kernels while the device works; on a CPU they are cheap, but they are the same calls;
-- graph breaks: where ``torch.compile`` (``torch._dynamo.explain``) has to leave the graph, in the model's forward
-  (what ``fit`` compiles on CUDA), in ``train_step`` and in the batch pipeline (gather, augment, normalise, mix);
+- graph breaks: where ``torch.compile`` (``torch._dynamo.explain``) has to leave the graph: in the whole step that
+  ``fit`` compiles on CUDA (``loop.whole_step``: gather, augment, normalise, mix, forward, loss, backward, AdamW), and,
+  for comparison, in its pieces run eagerly: the model's forward, ``train_step`` and the loader's batch pipeline;
 - images/s: eager, float32, timed alternately with the other recipes.
 
     python benchmarks/step_overhead.py                       # every recipe, a table
@@ -31,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from vit_course.augment import mix_batch
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS
-from vit_course.loop import FUSED_ADAMW
+from vit_course.loop import FUSED_ADAMW, whole_step
 from vit_course.recipes import RECIPES
 from vit_course.train import param_groups, train_step
 from vit_course.vit import ViT
@@ -95,8 +96,14 @@ def recipe_step(name, device):
     def step():
         return train_step(model, *next_batch(), optimizer, smoothing)
 
-    step.parts = {"forward": (model, next_batch()[0]), "train_step": (functools.partial(
-        train_step, model, optimizer=optimizer, label_smoothing=smoothing), *next_batch()), "batch": (next_batch,)}
+    twin = ViT(**recipe["model"]).to(device).train()  # as fit builds it for the whole step: a tensor learning rate
+    twin_optimizer = torch.optim.AdamW(param_groups(twin, 0.05), lr=torch.tensor(1e-3, device=device),
+                                       foreach=device.type == "cuda", capturable=device.type == "cuda")
+    whole = whole_step(twin, twin_optimizer, loader, smoothing, backend="eager")
+    step.parts = {"whole_step": (whole.graphs["forward_backward"], loader.indices()[0]),
+                  "whole_step_update": (whole.graphs["update"],), "forward": (model, next_batch()[0]),
+                  "train_step": (functools.partial(train_step, model, optimizer=optimizer, label_smoothing=smoothing),
+                                 *next_batch()), "batch": (next_batch,)}
     return step, batch
 
 
@@ -112,14 +119,17 @@ def measure(name, device, steps):
     finally:
         undo()
     reads = count.reads + tolist
-    breaks, reasons = {}, set()
+    breaks, graphs, reasons = {}, {}, set()
     for part, (fn, *inputs) in step.parts.items():
-        explained = torch._dynamo.explain(fn)(*inputs)
+        with torch._dynamo.config.patch(trace_autograd_ops=part.startswith("whole_step")):  # as whole_step does
+            explained = torch._dynamo.explain(fn)(*inputs)
         torch._dynamo.reset()
-        breaks[part] = explained.graph_break_count
+        breaks[part], graphs[part] = explained.graph_break_count, explained.graph_count
         reasons |= {f"{part}: " + str(b.reason).split("\n")[0][:90] for b in explained.break_reasons}
+    whole = ("whole_step", "whole_step_update")  # the compiled step's two functions
     return {"ops": round(count.ops / steps, 1), "host_reads": round(sum(reads.values()) / steps, 1),
             "reads_by_op": {k: round(v / steps, 2) for k, v in sorted(reads.items())},
+            "whole_step": {"graphs": sum(graphs.pop(k) for k in whole), "breaks": sum(breaks.pop(k) for k in whole)},
             "graph_breaks": breaks, "break_reasons": sorted(reasons), "batch": batch}
 
 
@@ -160,12 +170,13 @@ def main(argv=None):
         print(json.dumps({"device": str(device), "torch": torch.__version__, "recipes": rows}, indent=1))
         return
     print(f"device {device}, torch {torch.__version__}; per training step:")
-    print(f"{'recipe':22s} {'ops':>6s} {'host reads':>10s} {'breaks (forward, train_step, batch)':>36s} "
-          f"{'images/s':>9s}  reads by op")
+    print(f"{'recipe':22s} {'ops':>6s} {'host reads':>10s} {'whole step: graphs, breaks':>27s} "
+          f"{'breaks in forward, train_step, batch':>37s} {'images/s':>9s}  reads by op")
     for name, r in rows.items():
-        breaks = ", ".join(str(n) for n in r["graph_breaks"].values())
-        print(f"{name:22s} {r['ops']:6.0f} {r['host_reads']:10.1f} {breaks:>36s} {r['images_per_s']:9d}  "
-              f"{r['reads_by_op']}")
+        whole = f"{r['whole_step']['graphs']}, {r['whole_step']['breaks']}"
+        pieces = ", ".join(str(n) for n in r["graph_breaks"].values())
+        print(f"{name:22s} {r['ops']:6.0f} {r['host_reads']:10.1f} {whole:>27s} {pieces:>37s} "
+              f"{r['images_per_s']:9d}  {r['reads_by_op']}")
     for name, r in rows.items():
         for reason in r["break_reasons"]:
             print(f"  {name}: {reason}")

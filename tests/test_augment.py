@@ -150,9 +150,37 @@ def test_mix_batch_switches_between_cutmix_and_mixup():
 
 
 def test_cutmix_box_is_clipped_inside_the_image():
+    areas = set()
     for seed in range(50):
         top, bottom, left, right = cutmix_box(32, 32, 0.3, torch.Generator().manual_seed(seed))
         assert 0 <= top <= bottom <= 32 and 0 <= left <= right <= 32
+        areas.add(int((bottom - top) * (right - left)))
+    assert max(areas) <= round(32 * 0.7**0.5) ** 2 and min(areas) < max(areas)  # 27 x 27 where it fits, else clipped
+
+
+def test_a_strongly_augmented_batch_reads_nothing_back_from_the_device():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class HostReads(TorchDispatchMode):
+        reads = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "masked_select", "unique"):
+                self.reads.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    import functools
+
+    from vit_course.batches import cifar_augment
+
+    augment = functools.partial(cifar_augment, padding=4, rand_ops=2, magnitude=9)
+    mix = functools.partial(mix_batch, num_classes=10, cutmix=1.0, mixup=0.8)
+    loader = DeviceLoader(images(32, side=16), torch.arange(32) % 10, 16, shuffle=True, mean=0.5, std=0.25,
+                          augment=augment, mix=mix)
+    with HostReads() as mode:
+        for _ in range(3):
+            list(loader)
+    assert mode.reads == [], f"a batch waited for the device {len(mode.reads)} times: {sorted(set(mode.reads))}"
 
 
 def test_mix_batch_rejects_bad_input():

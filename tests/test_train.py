@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import warnings
 
 import pytest
 import torch
@@ -506,3 +507,96 @@ def test_fit_with_a_grad_scaler_skips_a_step_whose_gradients_overflow(monkeypatc
     assert scaler.get_scale() == 2.0 ** 8  # halved at each of the two steps
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # no step was taken
     assert math.isfinite(history["train_loss"][-1])  # the loss itself was fine: only the gradient overflowed
+
+
+def strong_loader(n=32, batch_size=16):
+    """Random uint8 images through every augmentation a recipe uses: crop and flip, RandAugment, CutMix or Mixup."""
+    import functools
+
+    from vit_course.augment import mix_batch
+    from vit_course.batches import cifar_augment
+
+    images = torch.randint(0, 256, (n, 3, 8, 8), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    augment = functools.partial(cifar_augment, padding=2, rand_ops=2, magnitude=9, rand_prob=0.5)
+    mix = functools.partial(mix_batch, num_classes=10, cutmix=1.0, mixup=0.8, switch=0.5)
+    return DeviceLoader(images, torch.arange(n) % 10, batch_size, shuffle=True, augment=augment, mix=mix,
+                        mean=0.5, std=0.25, drop_last=True)
+
+
+def compiled_twin(seed=0):
+    """(model, AdamW with a tensor learning rate, as fit makes them for ``whole_step`` on a CPU)."""
+    torch.manual_seed(seed)
+    model = ViT(image_size=8, patch_size=1, in_channels=3, num_classes=10, dim=16, depth=1, num_heads=2,
+                stem_channels=(8,), drop_path=0.1)
+    optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=torch.tensor(1e-3), foreach=False)  # a CPU's
+    return model, optimizer
+
+
+def test_the_whole_step_compiles_into_two_graphs_that_take_the_eager_step():
+    loader = strong_loader()
+    index = loader.indices()[0]
+    eager, eager_opt = compiled_twin()
+    torch.manual_seed(1)  # the batch's augmentation and the model's stochastic depth draw from here
+    eager_loss = train_step(eager, *loader.batch(index), eager_opt, label_smoothing=0.1)
+    model, optimizer = compiled_twin()
+    step = vit_course.loop.whole_step(model, optimizer, loader, label_smoothing=0.1, backend="eager")
+    torch.manual_seed(1)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):  # explain runs each function, as its graph would
+        explained = {"forward_backward": torch._dynamo.explain(step.graphs["forward_backward"])(index),
+                     "update": torch._dynamo.explain(step.graphs["update"])()}
+    for name, graph in explained.items():
+        assert (graph.graph_count, graph.graph_break_count) == (1, 0), (
+            name, [str(b.reason).splitlines()[0] for b in graph.break_reasons])
+    for (name, a), b in zip(eager.named_parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), f"{name} differs after one step: the compiled step is not the eager one"
+    model, optimizer = compiled_twin()
+    step = vit_course.loop.whole_step(model, optimizer, loader, label_smoothing=0.1, backend="eager")
+    torch.manual_seed(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss = step(index)
+    assert not [w for w in caught if "compile" in str(w.message)]  # no fallback to the model compiled alone
+    assert loss.shape == () and torch.allclose(loss, eager_loss)
+    for a, b in zip(eager.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+class Untraceable(nn.Module):
+    """A model whose forward reads a value back to the host and branches on it: the compiler cannot keep one graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.linear(x) if x.sum().item() > -1e9 else -self.linear(x)
+
+
+def test_a_whole_step_that_cannot_compile_warns_and_still_trains():
+    loader = strong_loader()
+    torch.manual_seed(0)
+    model = Untraceable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2), foreach=False)
+    before = model.linear.weight.clone()
+    step = vit_course.loop.whole_step(model, optimizer, loader, backend="eager")
+    with pytest.warns(UserWarning, match="do not compile into one graph"):
+        loss = step(loader.indices()[0])
+    assert math.isfinite(loss.item()) and not torch.equal(before, model.linear.weight)
+
+
+def test_fit_compiles_the_whole_step_where_asked(monkeypatch):
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, **{**kw, "backend": "eager"}))  # trace only
+    loader, served = strong_loader(), []
+    batch = loader.batch
+    monkeypatch.setattr(loader, "batch", lambda index, generator=None: served.append(generator) or batch(index))
+    model, _ = compiled_twin()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        val = DeviceLoader(loader.images, loader.labels, 16, mean=0.5, std=0.25)  # unmixed labels to score
+        history = fit(model, loader, val, epochs=1, lr=1e-3, weight_decay=0.05, warmup_epochs=0,
+                      label_smoothing=0.1, compile=True, progress=False)
+    assert not [w for w in caught if "compile" in str(w.message)]  # no fallback to the model compiled alone
+    assert served == [None, None]  # the epoch's 2 batches made inside the step, drawing from the global generator
+    assert math.isfinite(history["train_loss"][0])

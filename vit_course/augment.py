@@ -2,8 +2,9 @@
 
 A plain ViT has no locality built in and overfits 50,000 images; the papers that train it on small datasets
 (DeiT, Touvron et al. 2021; Lee et al. 2021; Compact Transformers, Hassani et al. 2021) lean on strong
-augmentation instead. Everything here works on whole batches on the batch's device, and every random choice
-comes from the ``torch.Generator`` passed in, so a seed repeats a run exactly.
+augmentation instead. Everything here works on whole batches on the batch's device, nothing is read back from it,
+and every random choice comes from the ``torch.Generator`` passed in, so a seed repeats a run exactly (None: torch's
+global generator, which is what a compiled training step draws from: ``loop.whole_step``).
 
 - ``rand_augment``: each image gets ``num_ops`` ops drawn from ``OPS`` at a fixed ``magnitude`` (0..10),
   uint8 in, uint8 out (Cubuk et al. 2020).
@@ -11,9 +12,6 @@ comes from the ``torch.Generator`` passed in, so a seed repeats a run exactly.
   Zhang et al. 2018), and the labels mixed in the same proportions: -> soft targets (b, classes).
 """
 
-import math
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -153,58 +151,68 @@ def rand_augment(images, generator=None, num_ops=2, magnitude=9, prob=0.5):
     return (x * 255).round().to(torch.uint8)
 
 
-def host_rng(rng=None):
-    """The NumPy generator a batch's mixing draws from: ``rng`` itself, a new one seeded with the int ``rng``, or
-    one seeded from the ``torch.Generator`` ``rng`` (a read of that generator's device, if it is a GPU's)."""
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, torch.Generator):
-        rng = int(torch.randint(2**31 - 1, (1,), generator=rng, device=rng.device))
-    return np.random.default_rng(rng)
+def _beta(alpha, generator, device):
+    """One draw of Beta(alpha, alpha) as a 0-dim tensor on ``device``: the ratio of two Gamma(alpha) draws."""
+    where = generator.device if generator is not None else device
+    gammas = torch._standard_gamma(torch.full((2,), float(alpha), device=where), generator=generator).to(device)
+    return gammas[0] / gammas.sum().clamp_min(1e-12)
 
 
-def cutmix_box(height, width, lam, rng=None):
+def cutmix_box(height, width, lam, generator=None, device=None):
     """A box covering about 1 - lam of an H x W image, centred uniformly, clipped at the edges.
 
-    rng: see ``host_rng``. -> (top, bottom, left, right) with rows top..bottom-1, columns left..right-1 (the box may
-    be empty).
+    lam: a number or 0-dim tensor in 0..1. -> (top, bottom, left, right) as 0-dim int64 tensors on ``device`` (the
+    generator's by default): rows top..bottom-1, columns left..right-1 (the box may be empty). Tensors, not ints,
+    so that nothing is read back from the device and a compiled step sees the same graph for every box.
     """
-    cut_h, cut_w = round(height * math.sqrt(1 - lam)), round(width * math.sqrt(1 - lam))
-    cy, cx = (int(v) for v in host_rng(rng).integers(0, (height, width)))  # the box's centre
-    top, bottom = max(cy - cut_h // 2, 0), min(cy + cut_h - cut_h // 2, height)
-    left, right = max(cx - cut_w // 2, 0), min(cx + cut_w - cut_w // 2, width)
+    device = device or (generator.device if generator is not None else "cpu")
+    keep = torch.as_tensor(1 - lam, dtype=torch.float32, device=device).clamp(0, 1).sqrt()  # side share of the box
+    cut_h, cut_w = (height * keep).round().long(), (width * keep).round().long()
+    centre = (_uniform(2, generator, device) * torch.tensor([height, width], device=device)).long()  # (2,) cy, cx
+    top = (centre[0] - cut_h // 2).clamp_min(0)
+    bottom = (centre[0] + cut_h - cut_h // 2).clamp_max(height)
+    left = (centre[1] - cut_w // 2).clamp_min(0)
+    right = (centre[1] + cut_w - cut_w // 2).clamp_max(width)
     return top, bottom, left, right
 
 
-def mix_batch(images, labels, rng=None, *, num_classes, cutmix=1.0, mixup=0.0, switch=0.5):
+def mix_batch(images, labels, generator=None, *, num_classes, cutmix=1.0, mixup=0.0, switch=0.5):
     """CutMix or Mixup of a batch with its own reverse, and the labels mixed to match: -> (images, targets).
 
     images (b, C, H, W) float, labels (b,) int64 -> images (b, C, H, W), targets (b, num_classes) float32 whose rows
     sum to 1. cutmix, mixup: the Beta(alpha, alpha) parameters of each (0: off); with both on, CutMix is chosen with
     probability ``switch``. Image i is mixed with image b-1-i in the proportion lam : 1 - lam, one lam per batch;
-    for CutMix lam is the share of image i's own pixels left after pasting the (clipped) box. rng (``host_rng``):
-    the batch's choices are drawn on the host, so nothing waits for the device.
+    for CutMix lam is the share of image i's own pixels left after pasting the (clipped) box.
+
+    Every choice (which of the two, lam, the box) is drawn on the device from ``generator`` (None: torch's global
+    one) and stays there: both mixes are computed and ``torch.where`` keeps the chosen one, so the host never
+    waits to learn a choice and a compiled step has one graph for every batch.
     """
     if images.ndim != 4 or labels.shape != images.shape[:1]:
         raise ValueError(f"expected images (b, C, H, W) and labels (b,), got {tuple(images.shape)} and "
                          f"{tuple(labels.shape)}")
     if cutmix < 0 or mixup < 0 or cutmix == mixup == 0:
         raise ValueError(f"cutmix and mixup are Beta parameters >= 0, one of them > 0; got {cutmix} and {mixup}")
-    rng, (h, w) = host_rng(rng), images.shape[-2:]
-    use_cutmix = mixup == 0 or (cutmix > 0 and rng.random() < switch)
-    alpha = cutmix if use_cutmix else mixup
-    lam = float(rng.beta(alpha, alpha))
+    (h, w), device = images.shape[-2:], images.device
     other = images.flip(0)  # (b, C, H, W) image b-1-i beside image i
-    if use_cutmix:
-        top, bottom, left, right = cutmix_box(h, w, lam, rng)
-        images = images.clone()
-        images[:, :, top:bottom, left:right] = other[:, :, top:bottom, left:right]
-        lam = 1 - (bottom - top) * (right - left) / (h * w)  # the pixels actually pasted
-    else:
-        images = lam * images + (1 - lam) * other
     # (b, classes); not F.one_hot, which reads the labels' min and max back to check them: two waits a batch on a GPU
-    one_hot = torch.zeros(len(labels), num_classes, device=labels.device).scatter_(1, labels[:, None], 1.0)
+    one_hot = torch.zeros(len(labels), num_classes, device=device).scatter_(1, labels[:, None], 1.0)
+    mixed = cut = None
+    if mixup > 0:
+        lam_mix = _beta(mixup, generator, device)  # () share of image i
+        mixed = (lam_mix * images + (1 - lam_mix) * other, lam_mix)
+    if cutmix > 0:
+        top, bottom, left, right = cutmix_box(h, w, _beta(cutmix, generator, device), generator, device)
+        rows, cols = torch.arange(h, device=device)[:, None], torch.arange(w, device=device)  # (H, 1), (W,)
+        box = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)  # (H, W) pixels pasted from other
+        lam_cut = 1 - box.float().mean()  # () the share of image i's own pixels actually left
+        cut = (torch.where(box, other, images), lam_cut)
+    if mixed is None or cut is None:
+        images, lam = mixed or cut
+    else:
+        use_cutmix = _uniform((), generator, device) < switch  # () bool
+        images, lam = torch.where(use_cutmix, cut[0], mixed[0]), torch.where(use_cutmix, cut[1], mixed[1])
     return images, lam * one_hot + (1 - lam) * one_hot.flip(0)
 
 
-__all__ = ["OPS", "cutmix_box", "host_rng", "mix_batch", "rand_augment"]
+__all__ = ["OPS", "cutmix_box", "mix_batch", "rand_augment"]

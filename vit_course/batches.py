@@ -7,7 +7,6 @@ every random choice comes from a ``torch.Generator`` so that a seed repeats a ru
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -146,8 +145,9 @@ class DeviceLoader:
 
     images (N, C, H, W) uint8, labels (N,) int64 -> iterating yields (x (b, C, H, W) float32, y (b,) int64)
     on ``device``. ``augment(uint8 batch, generator) -> uint8 batch`` runs on the device before normalising;
-    ``mix(x, y, rng) -> (x, soft targets (b, classes))`` after it (``augment.mix_batch``: CutMix, Mixup), with a
-    NumPy generator ``rng`` for its per-batch choices, which the host makes without waiting for the device.
+    ``mix(x, y, generator) -> (x, soft targets (b, classes))`` after it (``augment.mix_batch``: CutMix, Mixup).
+    ``batch(index, generator)`` is that whole path for one batch, and ``indices()`` an epoch's batches as indices:
+    a compiled training step runs the two (``loop.whole_step``).
 
     Epochs: each ``iter()`` runs epoch ``self.epoch`` and then advances it by one, so a fresh loader with the
     same seed repeats the same sequence of epochs. ``set_epoch(n)`` chooses the next epoch (to resume a run).
@@ -185,7 +185,8 @@ class DeviceLoader:
         # distinct, fixed seeds for each (seed, epoch, stream): no global RNG state is read or changed
         return (self.seed * 1_000_003 + epoch) * 2 + stream
 
-    def __iter__(self):
+    def indices(self):
+        """Epoch ``self.epoch``'s batches as index tensors (b,) into the split, in order; advances the epoch by one."""
         epoch, self.epoch = self.epoch, self.epoch + 1
         n = len(self.labels)
         if self.shuffle:
@@ -193,17 +194,23 @@ class DeviceLoader:
             order = order.to(self.device)  # (N,) one permutation per epoch, the same on every device
         else:
             order = torch.arange(n, device=self.device)  # (N,)
+        return [order[i * self.batch_size:(i + 1) * self.batch_size] for i in range(len(self))]  # each (b,)
+
+    def batch(self, index, generator=None):
+        """The images at ``index`` (b,) gathered, augmented, normalised and mixed: -> (x (b, C, H, W) float32,
+        y (b,) or (b, classes)). Random choices come from ``generator`` (None: torch's global generator)."""
+        x = self.images.index_select(0, index)  # (b, C, H, W) uint8; 10x faster than images[index] on a CPU
+        if self.augment is not None:
+            x = self.augment(x, generator)  # (b, C, H, W) uint8, on the device
+        x, y = _apply(x, self.scale, self.shift), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
+        return self.mix(x, y, generator) if self.mix is not None else (x, y)  # y: (b,) or (b, classes)
+
+    def __iter__(self):
+        epoch = self.epoch
         random = self.augment is not None or self.mix is not None
         generator = _make_generator(self.device, self._seed(epoch, 1)) if random else None
-        # a batch's mixing is decided on the host (CutMix or Mixup, its proportion and box): no device value is read
-        host_rng = np.random.default_rng(self._seed(epoch, 2)) if self.mix is not None else None
-        for i in range(len(self)):
-            index = order[i * self.batch_size:(i + 1) * self.batch_size]  # (b,)
-            x = self.images.index_select(0, index)  # (b, C, H, W) uint8; 10x faster than images[index] on a CPU
-            if self.augment is not None:
-                x = self.augment(x, generator)  # (b, C, H, W) uint8, on the device
-            x, y = _apply(x, self.scale, self.shift), self.labels.index_select(0, index)  # (b, C, H, W), (b,)
-            yield self.mix(x, y, host_rng) if self.mix is not None else (x, y)  # y: (b,) or (b, classes)
+        for index in self.indices():
+            yield self.batch(index, generator)
 
 
 def loaders(name, batch_size, device=None, augment=True, root=None, seed=0, mix=None, validation=None):

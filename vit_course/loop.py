@@ -11,17 +11,21 @@ split, images held out of the training set (``batches.loaders``); the test set i
 The host never waits for the device inside the loop: ``train_step`` hands back the loss as a tensor on the
 device, and the loop reads the losses (one transfer for all the steps since the last read) only when a person
 looks, about once a second for the progress bar and at the end of an epoch. On a GPU the host thus stays ahead,
-queueing kernels while the device computes; on CUDA the model is also compiled (``torch.compile``).
+queueing kernels while the device computes. On CUDA the step is also compiled: the whole of it, from a batch's
+indices to the updated weights, as two graphs (``whole_step``), where the loader and PyTorch allow, else the model.
 """
 
 import dataclasses
+import functools
 import itertools
 import math
 import time
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .checkpoint import read_checkpoint, save_checkpoint
@@ -49,8 +53,8 @@ class TrainConfig:
     seed: of dropout and stochastic depth, which draw from torch's global generator
     eval_every: evaluate (and write the checkpoint) after every this many epochs, and after the last one: a long
         GPU plan evaluates now and then, not after each of its short epochs
-    compile: run the training step's model through ``torch.compile``; None: on CUDA only (on a CPU compiling the
-        course's small models did not pay, see the appendix)
+    compile: compile the training step (``whole_step``, or the model alone where the whole step cannot be
+        compiled); None: on CUDA only (on a CPU compiling the course's small models did not pay, see the appendix)
     """
 
     epochs: int | None
@@ -161,16 +165,27 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
     device = pick_device(device)
     model.to(device)
     autocast, scaler = amp_settings(config.amp, device)
-    optimizer, forward = _optimizer(model, config, device)
+    compiled = config.compile if config.compile is not None else device.type == "cuda"
+    whole = compiled and scaler is None and _whole_step_traceable(train_loader)
+    optimizer = _optimizer(model, config, device, tensor_lr=whole)
     torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
     history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
+    if whole:  # one compiled graph a step; it draws its batches' augmentation from the global generator too
+        for group in optimizer.param_groups:  # a checkpoint's may be a number, which a graph would hold fixed
+            group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32, device=device)
+        run_step = whole_step(model, optimizer, train_loader, config.label_smoothing)
+        batches = train_loader.indices
+    else:
+        forward = torch.compile(model) if compiled else model  # the same parameters; ``model`` is what is saved
+        run_step = functools.partial(_eager_step, forward, optimizer, config.label_smoothing, scaler, device)
+        batches = lambda: train_loader  # noqa: E731 (its own len, which a bar over an iterator lacks)
     test_passes = 0 if test_loader is None else 3 if config.test_flips else 1  # flips: one view, then both views
     budget = Budget(config.time_budget, spent, final_batches=len(val_loader) + test_passes * len(test_loader or ()))
     since_eval = []  # the training losses since the last evaluation: its train_loss is their mean
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
-            bar = _bar(train_loader, f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
-            losses, lr, step = _train_epoch(forward, bar, optimizer, step, config, budget, (autocast, scaler))
+            bar = _bar(batches(), len(train_loader), f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
+            losses, lr, step = _train_epoch(run_step, bar, optimizer, step, config, budget, autocast)
             since_eval += losses
             last = epoch + 1 == config.epochs or budget.left() <= 0
             if not last and (epoch + 1) % config.eval_every:
@@ -196,41 +211,113 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
     return history
 
 
-def _optimizer(model, config, device):
-    """-> (AdamW over ``param_groups``, fused into one kernel where the device has it: no host read of the step
-    counts; the model the steps run, compiled on CUDA unless ``config.compile`` says otherwise: the same parameters,
-    and ``model`` is what is saved)."""
+def _optimizer(model, config, device, tensor_lr=False):
+    """AdamW over ``param_groups``, fused into one kernel where the device has it (no host read of the step counts);
+    with ``tensor_lr``, for ``whole_step``, its learning rate a tensor on the device, which a compiled step reads as
+    an input (a number would be baked into the graph), and the update written for a compiled graph instead."""
+    if tensor_lr:  # CUDA's multi-tensor update takes a tensor rate only as "capturable"; a CPU's per-tensor one
+        cuda = device.type == "cuda"
+        return torch.optim.AdamW(param_groups(model, config.weight_decay), lr=torch.tensor(config.lr, device=device),
+                                 foreach=cuda, capturable=cuda)
     fused = device.type in FUSED_ADAMW
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=fused)
-    compiled = config.compile if config.compile is not None else device.type == "cuda"
-    return optimizer, torch.compile(model) if compiled else model
+    return torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=fused)
 
 
-def _bar(loader, description, progress):
+def _whole_step_traceable(loader):
+    """Whether ``whole_step`` can compile a step of ``loader``'s batches: a ``DeviceLoader`` (it can make a batch
+    inside the step) whose augmentation and mixing are the package's, and a PyTorch whose compiler traces the
+    backward (2.11 on)."""
+    from . import augment, batches  # the functions a compiled graph has been traced through
+
+    known = {None, *batches.AUGMENT.values(), augment.mix_batch}
+    parts = [getattr(loader, name, None) for name in ("augment", "mix")]
+    return (hasattr(loader, "indices") and hasattr(torch._dynamo.config, "trace_autograd_ops")
+            and all(getattr(part, "func", part) in known for part in parts))
+
+
+def whole_step(model, optimizer, loader, label_smoothing=0.0, backend="inductor"):
+    """One training step from a batch's indices to the updated weights, compiled: gather, augment, normalise and mix
+    (``loader.batch``), forward, loss and backward as one graph, and AdamW's update of every parameter as a second.
+
+    -> step(index (b,)) -> the batch's mean loss, a 0-dim tensor on the device; ``step.graphs`` holds the two
+    functions compiled (for ``torch._dynamo.explain``); ``backend``: the compiler's ("eager" traces only, for tests).
+
+    Two graphs, not one, because PyTorch's optimizers mark their update as a graph of its own (so that it compiles
+    as an in-place update without gradients); nothing runs between the two but the call. The backward is traced
+    into the first graph (Dynamo's ``trace_autograd_ops``); the update reads a tensor learning rate, which ``fit``
+    sets in place. The batch's random choices come from torch's global generator, as a ``torch.Generator`` cannot
+    enter a graph: a seeded run repeats on its device, with other draws than the eager loader's. The first graph is
+    compiled with ``fullgraph=True``, so that a graph break is found, not silently paid every step: if it does not
+    compile (a model of one's own may hold code the compiler cannot trace) a warning names the cause, and the steps
+    make the batch eagerly and run ``train_step`` on the model compiled alone.
+    """
+    def forward_backward(index):
+        x, y = loader.batch(index)  # (b, C, H, W), (b,) or (b, classes)
+        loss = F.cross_entropy(model(x).float(), y, label_smoothing=label_smoothing)
+        value = loss.detach()  # taken before the backward, which frees what ``loss`` hangs on
+        loss.backward()
+        return value
+
+    def update():
+        optimizer.step()
+
+    graphs = {"forward_backward": forward_backward, "update": update}
+    compiled = {"forward_backward": torch.compile(forward_backward, fullgraph=True, backend=backend),
+                "update": torch.compile(update, backend=backend)}
+    fallback = None
+
+    def run(index):
+        nonlocal fallback
+        model.train()
+        if fallback is None:
+            try:
+                optimizer.zero_grad(set_to_none=True)  # drops the gradients, no kernel; Dynamo skips it
+                with torch._dynamo.config.patch(trace_autograd_ops=True):
+                    loss = compiled["forward_backward"](index)
+                compiled["update"]()
+                return loss
+            except torch._dynamo.exc.TorchDynamoException as error:  # raised while compiling, before the graph ran
+                reason = str(error).strip().splitlines()[0]
+                warnings.warn(f"the training step's forward and backward do not compile into one graph ({reason}); "
+                              "training with the model compiled alone", stacklevel=2)
+                fallback = torch.compile(model, backend=backend)
+        return train_step(fallback, *loader.batch(index), optimizer, label_smoothing)
+
+    run.graphs = graphs
+    return run
+
+
+def _eager_step(model, optimizer, label_smoothing, scaler, device, batch):
+    """``train_step`` on a loader's (x, y), moved to ``device`` (a no-op for the course's loaders)."""
+    x, y = (t.to(device) for t in batch)
+    return train_step(model, x, y, optimizer, label_smoothing, scaler)
+
+
+def _bar(batches, total, description, progress):
     """An epoch's progress bar, updated at most once a second: in a notebook each update is a widget message, and a
     flood of them overflows the kernel's output queue, which drops messages (nbval then waits for one that never
     comes)."""
-    return tqdm(loader, desc=description, leave=False, disable=not progress, mininterval=1.0)
+    return tqdm(batches, total=total, desc=description, leave=False, disable=not progress, mininterval=1.0)
 
 
-def _train_epoch(model, bar, optimizer, step, config, budget, amp):
-    """One pass over the loader in ``bar`` (cut short when the budget runs out): -> (losses, last lr, step).
+def _train_epoch(run_step, bar, optimizer, step, config, budget, autocast):
+    """One pass over the batches in ``bar`` (cut short when the budget runs out): -> (losses, last lr, step).
 
-    Each step's loss stays on the device (``train_step`` returns a tensor) until ``_read_losses`` fetches all those
+    Each step's loss stays on the device (``run_step`` returns a tensor) until ``_read_losses`` fetches all those
     not yet read in one transfer: when the progress bar is due to refresh (about once a second) and at the end.
     """
-    autocast, scaler = amp
-    device = next(model.parameters()).device
     losses, unread, lr = [], [], learning_rate(config, step, len(bar), budget)
     read_at = time.perf_counter()
-    for x, y in bar:
+    for batch in bar:
         tick = time.perf_counter()
-        x, y = x.to(device), y.to(device)  # a no-op for the course's loaders, which keep the data on the device
         lr = learning_rate(config, step, len(bar), budget)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            if torch.is_tensor(group["lr"]):
+                group["lr"].fill_(lr)  # in place: the compiled step reads this tensor
+            else:
+                group["lr"] = lr
         with autocast or nullcontext():  # the whole step: backward keeps the forward's dtypes; AdamW is no autocast op
-            unread.append((step, lr, train_step(model, x, y, optimizer, config.label_smoothing, scaler)))
+            unread.append((step, lr, run_step(batch)))
         budget.record_step(time.perf_counter() - tick)
         step += 1
         out_of_time = budget.left() <= 0
@@ -318,4 +405,4 @@ def _record(history, *, progress, **values):
                    f"{values['val_loss']:.4f}, val acc {values['val_acc']:.2%}, {values['seconds']:.0f} s")
 
 
-__all__ = ["Budget", "TrainConfig", "amp_settings", "fit", "learning_rate", "precision"]
+__all__ = ["Budget", "TrainConfig", "amp_settings", "fit", "learning_rate", "precision", "whole_step"]
