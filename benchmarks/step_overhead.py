@@ -16,6 +16,10 @@ recipe's shape, on this machine's device. Counted over ``--steps`` steps after o
 
     python benchmarks/step_overhead.py                       # every recipe, a table
     python benchmarks/step_overhead.py mnist cifar10 --json  # as JSON (to paste into a note)
+    python benchmarks/step_overhead.py mnist cifar10 cifar10-gpu cifar10-fast --record  # into the appendix
+
+``--record`` appends the run, with its device, PyTorch and machine, to benchmarks/results/step_overhead.json,
+which the appendix's ``step-overhead`` table reads.
 """
 
 # ruff: noqa: E402
@@ -24,14 +28,18 @@ import functools
 import json
 import time
 from collections import Counter
+from pathlib import Path
 
 import common  # noqa: F401 (this checkout first on the path)
 import torch
+from common import RESULTS
+from machine import load_average, machine
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vit_course.augment import mix_batch
 from vit_course.batches import AUGMENT, DeviceLoader
 from vit_course.data import DATASETS
+from vit_course.files import append_run
 from vit_course.loop import FUSED_ADAMW, whole_step
 from vit_course.recipes import RECIPES
 from vit_course.train import param_groups, train_step
@@ -156,6 +164,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds (each 3 steps per recipe)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--record", action="store_true", help="append the run to RESULTS/step_overhead.json")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where --record writes")
     args = parser.parse_args(argv)
     from vit_course.device import pick_device
 
@@ -166,8 +176,12 @@ def main(argv=None):
         per_round = sorted(per_round)
         rows[name]["images_per_s"] = round(per_round[len(per_round) // 2])
         rows[name]["images_per_s_range"] = [round(per_round[0]), round(per_round[-1])]
+    run = {"device": str(device), "torch": torch.__version__, "machine": machine(), "cpu_load": load_average(),
+           "recipes": rows}
+    if args.record:
+        append_run(args.results / "step_overhead.json", run)
     if args.json:
-        print(json.dumps({"device": str(device), "torch": torch.__version__, "recipes": rows}, indent=1))
+        print(json.dumps(run, indent=1))
         return
     print(f"device {device}, torch {torch.__version__}; per training step:")
     print(f"{'recipe':22s} {'ops':>6s} {'host reads':>10s} {'whole step: graphs, breaks':>27s} "

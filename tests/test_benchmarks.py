@@ -566,3 +566,18 @@ def test_the_shipped_time_budgeted_models_meet_their_targets(name):
     accuracy, seconds = benchmark("targets").TARGETS[name]
     shipped = json.loads((pretrained_path(name).parent / "metrics.json").read_text())
     assert shipped["test_accuracy"] >= accuracy and shipped["wall_seconds"] <= seconds, shipped
+
+
+def test_step_overhead_counts_a_strong_recipe_and_records_it(tmp_path, monkeypatch):
+    overhead = benchmark("step_overhead")
+    tiny = {"dataset": "cifar10", "model": dict(image_size=32, patch_size=1, in_channels=3, num_classes=10, dim=16,
+                                                depth=1, num_heads=2, stem_channels=(8, 8, 8)),
+            "train": dict(batch_size=8, label_smoothing=0.1),
+            "augment": dict(padding=4, rand_ops=2, magnitude=9), "mix": dict(cutmix=1.0, mixup=0.8)}
+    monkeypatch.setattr(overhead, "RECIPES", {"tiny": tiny})
+    overhead.main(["tiny", "--steps", "1", "--rounds", "1", "--record", "--results", str(tmp_path)])
+    (run,) = json.loads((tmp_path / "step_overhead.json").read_text())["runs"]
+    row = run["recipes"]["tiny"]
+    assert row["whole_step"] == {"graphs": 2, "breaks": 0}, row["break_reasons"]  # batch to gradients; AdamW
+    assert row["host_reads"] == 0 and row["ops"] > 100 and row["images_per_s"] > 0
+    assert run["device"] == "cpu" and run["machine"]["cores"] > 0

@@ -152,7 +152,8 @@ def rand_augment(images, generator=None, num_ops=2, magnitude=9, prob=0.5):
 
 
 def _beta(alpha, generator, device):
-    """One draw of Beta(alpha, alpha) as a 0-dim tensor on ``device``: the ratio of two Gamma(alpha) draws."""
+    """One draw of Beta(alpha, alpha) as a 0-dim tensor on ``device``: g1 / (g1 + g2) of two Gamma(alpha) draws
+    (``torch._standard_gamma``, the sampler ``torch.distributions.Gamma`` calls, which also takes a generator)."""
     where = generator.device if generator is not None else device
     gammas = torch._standard_gamma(torch.full((2,), float(alpha), device=where), generator=generator).to(device)
     return gammas[0] / gammas.sum().clamp_min(1e-12)

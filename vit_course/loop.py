@@ -170,21 +170,20 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
     optimizer = _optimizer(model, config, device, tensor_lr=whole)
     torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
     history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
-    if whole:  # one compiled graph a step; it draws its batches' augmentation from the global generator too
+    if whole:  # two compiled graphs a step; they draw the batches' augmentation from the global generator too
         for group in optimizer.param_groups:  # a checkpoint's may be a number, which a graph would hold fixed
             group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32, device=device)
         run_step = whole_step(model, optimizer, train_loader, config.label_smoothing)
-        batches = train_loader.indices
     else:
         forward = torch.compile(model) if compiled else model  # the same parameters; ``model`` is what is saved
         run_step = functools.partial(_eager_step, forward, optimizer, config.label_smoothing, scaler, device)
-        batches = lambda: train_loader  # noqa: E731 (its own len, which a bar over an iterator lacks)
     test_passes = 0 if test_loader is None else 3 if config.test_flips else 1  # flips: one view, then both views
     budget = Budget(config.time_budget, spent, final_batches=len(val_loader) + test_passes * len(test_loader or ()))
     since_eval = []  # the training losses since the last evaluation: its train_loss is their mean
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
-            bar = _bar(batches(), len(train_loader), f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
+            batches = train_loader.indices() if whole else train_loader  # the step makes each batch, or takes it
+            bar = _bar(batches, f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
             losses, lr, step = _train_epoch(run_step, bar, optimizer, step, config, budget, autocast)
             since_eval += losses
             last = epoch + 1 == config.epochs or budget.left() <= 0
@@ -276,7 +275,7 @@ def whole_step(model, optimizer, loader, label_smoothing=0.0, backend="inductor"
                     loss = compiled["forward_backward"](index)
                 compiled["update"]()
                 return loss
-            except torch._dynamo.exc.TorchDynamoException as error:  # raised while compiling, before the graph ran
+            except torch._dynamo.exc.TorchDynamoException as error:  # raised while compiling, before that graph ran
                 reason = str(error).strip().splitlines()[0]
                 warnings.warn(f"the training step's forward and backward do not compile into one graph ({reason}); "
                               "training with the model compiled alone", stacklevel=2)
@@ -293,11 +292,11 @@ def _eager_step(model, optimizer, label_smoothing, scaler, device, batch):
     return train_step(model, x, y, optimizer, label_smoothing, scaler)
 
 
-def _bar(batches, total, description, progress):
+def _bar(batches, description, progress):
     """An epoch's progress bar, updated at most once a second: in a notebook each update is a widget message, and a
     flood of them overflows the kernel's output queue, which drops messages (nbval then waits for one that never
     comes)."""
-    return tqdm(batches, total=total, desc=description, leave=False, disable=not progress, mininterval=1.0)
+    return tqdm(batches, desc=description, leave=False, disable=not progress, mininterval=1.0)
 
 
 def _train_epoch(run_step, bar, optimizer, step, config, budget, autocast):

@@ -264,6 +264,20 @@ def heads_data(result):
     return header, rows
 
 
+def step_overhead(result):
+    """Per training step of each recipe, the last recorded run of ``step_overhead.py``: the eager step's operations
+    and host reads, the compiled whole step's graphs and breaks, the eager step's images a second."""
+    run = result["runs"][-1]
+    header = ["recipe", "operations (eager)", "host reads (eager)", "whole step: graphs, breaks",
+              "images/s (eager, range)", "device, machine"]
+    where = f"{run['device']}, {machine_name(run['machine'])}, torch {run['torch']}"
+    rows = [[name, f"{r['ops']:.0f}", f"{r['host_reads']:g}",
+             f"{r['whole_step']['graphs']}, {r['whole_step']['breaks']}",
+             f"{r['images_per_s']:,} ({r['images_per_s_range'][0]:,} to {r['images_per_s_range'][1]:,})", where]
+            for name, r in run["recipes"].items()]
+    return header, rows
+
+
 def amp_trials(result):
     """The timed trial of `amp="native"` that shipped runs made (``bf16_trial`` in their metrics.json, kept in
     ``amp_trials.json`` once a run is re-shipped)."""
@@ -288,6 +302,7 @@ TABLES = {  # name -> (benchmarks/results files it reads, the function making th
     "matmul": (["train_throughput_bf16"], matmul),
     "amp-trials": (["amp_trials"], amp_trials),
     "compile-speedup": (["train_throughput_compile"], compile_speedup),
+    "step-overhead": (["step_overhead"], step_overhead),
     # the optional page "What makes a head local?" (book/heads_study.md)
     "heads-protocols": (["plain_findings"], heads_protocols),
     "heads-cutmix": (["plain_findings"], heads_cutmix),
