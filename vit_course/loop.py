@@ -149,9 +149,9 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
         config: a ``TrainConfig``; settings: its fields as keywords, which replace config's, e.g.
             ``fit(model, train, val, epochs=3, lr=2e-3, weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1)``;
             device: None picks CUDA, then MPS, then the CPU
-        checkpoint: a path, written atomically after every epoch (config, weights, optimizer, history, random state);
-            with ``resume=True`` and that file present, training continues after its last epoch
-        progress: a bar per epoch and a line after it; run_info: plain values the checkpoint stores too
+        checkpoint: a path, written atomically at each evaluation (config, weights, optimizer, history, random state);
+            with ``resume=True`` and that file present, training continues after its last epoch; run_info: plain
+            values it stores too; progress: a bar per epoch and a line after it
     Returns the history: dict of lists, one entry per evaluation: epoch (fractional where the budget cut it),
     train_loss (the mean since the previous evaluation), val_loss, val_acc, lr, seconds (cumulative); with a
     test_loader also "test": {"loss", "acc"} of the trained model (one view; with test_flips also "flip_acc").
@@ -159,31 +159,20 @@ def fit(model, train_loader, val_loader, config=None, *, test_loader=None, devic
     mode with the last step's weights, the checkpoint keeps the last finished epoch, and the interrupt is re-raised.
     """
     config = dataclasses.replace(config, **settings) if config is not None else TrainConfig(**settings)
-    if config.epochs is None and config.time_budget is None:
-        raise ValueError("epochs=None trains until the time budget is used: give a time_budget, or a number of epochs")
-    _check_checkpointable(model, checkpoint)
+    _check_run(config, model, checkpoint)
     device = pick_device(device)
     model.to(device)
     autocast, scaler = amp_settings(config.amp, device)
-    compiled = config.compile if config.compile is not None else device.type == "cuda"
-    whole = compiled and scaler is None and _whole_step_traceable(train_loader)
+    whole = _compiles_whole_step(config, device, scaler, train_loader)
     optimizer = _optimizer(model, config, device, tensor_lr=whole)
-    torch.manual_seed(config.seed)  # dropout and stochastic depth draw from the global generator
-    history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler)
-    if whole:  # two compiled graphs a step; they draw the batches' augmentation from the global generator too
-        for group in optimizer.param_groups:  # a checkpoint's may be a number, which a graph would hold fixed
-            group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32, device=device)
-        run_step = whole_step(model, optimizer, train_loader, config.label_smoothing)
-    else:
-        forward = torch.compile(model) if compiled else model  # the same parameters; ``model`` is what is saved
-        run_step = functools.partial(_eager_step, forward, optimizer, config.label_smoothing, scaler, device)
-    test_passes = 0 if test_loader is None else 3 if config.test_flips else 1  # flips: one view, then both views
-    budget = Budget(config.time_budget, spent, final_batches=len(val_loader) + test_passes * len(test_loader or ()))
+    history, start, step, spent = _start(resume and checkpoint, model, optimizer, train_loader, progress, scaler,
+                                         config.seed)
+    run_step, epoch_batches = _stepper(model, optimizer, train_loader, config, device, scaler, whole)
+    budget = _budget(config, spent, val_loader, test_loader)
     since_eval = []  # the training losses since the last evaluation: its train_loss is their mean
     try:
         for epoch in itertools.count(start) if config.epochs is None else range(start, config.epochs):
-            batches = train_loader.indices() if whole else train_loader  # the step makes each batch, or takes it
-            bar = _bar(batches, f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
+            bar = _bar(epoch_batches(), f"epoch {epoch + 1}/{config.epochs or '(budget)'}", progress)
             losses, lr, step = _train_epoch(run_step, bar, optimizer, step, config, budget, autocast)
             since_eval += losses
             last = epoch + 1 == config.epochs or budget.left() <= 0
@@ -222,16 +211,33 @@ def _optimizer(model, config, device, tensor_lr=False):
     return torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=fused)
 
 
-def _whole_step_traceable(loader):
-    """Whether ``whole_step`` can compile a step of ``loader``'s batches: a ``DeviceLoader`` (it can make a batch
-    inside the step) whose augmentation and mixing are the package's, and a PyTorch whose compiler traces the
-    backward (2.11 on)."""
+def _compiles_whole_step(config, device, scaler, loader):
+    """Whether ``fit`` compiles the whole step (``whole_step``): compiling is asked for (``config.compile``; None: on
+    CUDA), no GradScaler (its step reads a value back), a ``DeviceLoader`` (it can make a batch inside the step)
+    whose augmentation and mixing are the package's, and a PyTorch whose compiler traces the backward (2.11 on)."""
     from . import augment, batches  # the functions a compiled graph has been traced through
 
     known = {None, *batches.AUGMENT.values(), augment.mix_batch}
     parts = [getattr(loader, name, None) for name in ("augment", "mix")]
-    return (hasattr(loader, "indices") and hasattr(torch._dynamo.config, "trace_autograd_ops")
+    return (_compiles(config, device) and scaler is None and hasattr(loader, "indices")
+            and hasattr(torch._dynamo.config, "trace_autograd_ops")
             and all(getattr(part, "func", part) in known for part in parts))
+
+
+def _compiles(config, device):
+    return config.compile if config.compile is not None else device.type == "cuda"
+
+
+def _stepper(model, optimizer, loader, config, device, scaler, whole):
+    """-> (what runs one training step, what gives an epoch's inputs to it): ``whole_step`` on each batch's indices,
+    or ``train_step`` on each batch of ``loader``, on the model compiled alone where compiling is asked for."""
+    if whole:  # two compiled graphs a step; they draw the batches' augmentation from the global generator too
+        for group in optimizer.param_groups:  # a checkpoint's may be a number, which a graph would hold fixed
+            group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32, device=device)
+        return whole_step(model, optimizer, loader, config.label_smoothing), loader.indices
+    forward = torch.compile(model) if _compiles(config, device) else model  # the same parameters: ``model`` is saved
+    run = functools.partial(_eager_step, forward, optimizer, config.label_smoothing, scaler, device)
+    return run, lambda: loader
 
 
 def whole_step(model, optimizer, loader, label_smoothing=0.0, backend="inductor"):
@@ -341,19 +347,24 @@ def _read_losses(unread):
     return values
 
 
-def _check_checkpointable(model, checkpoint):
-    """Refuse, before any training, a checkpoint that ``save_checkpoint`` could not write (a model without .config)."""
+def _check_run(config, model, checkpoint):
+    """Refuse, before any training, a run with no end (no epochs and no time budget) and a checkpoint that
+    ``save_checkpoint`` could not write (a model without .config)."""
+    if config.epochs is None and config.time_budget is None:
+        raise ValueError("epochs=None trains until the time budget is used: give a time_budget, or a number of epochs")
     if checkpoint is not None and not isinstance(getattr(model, "config", None), dict):
         raise ValueError(f"checkpoint={checkpoint}: a checkpoint stores a ViT with its .config; {type(model).__name__} "
                          "has none, so train it without a checkpoint")
 
 
-def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
-    """-> (history, epoch, step, seconds) of a fresh run, or of the run in ``checkpoint`` (None or False: fresh) if it
-    exists, loaded into model, optimizer and ``restore_state``; the loader (refused if empty) is told the epoch."""
+def _start(checkpoint, model, optimizer, train_loader, progress, scaler, seed=0):
+    """-> (history, epoch, step, seconds) of a fresh run, its global generator seeded with ``seed`` (dropout and
+    stochastic depth draw from it), or of the run in ``checkpoint`` (None or False: fresh) if it exists, loaded into
+    model, optimizer and ``restore_state``; the loader (refused if empty) is told the epoch."""
     if len(train_loader) == 0:
         raise ValueError(f"the training loader yields no batch: {len(getattr(train_loader, 'labels', ()))} images with "
                          f"batch size {getattr(train_loader, 'batch_size', '?')} (drop_last drops an incomplete batch)")
+    torch.manual_seed(seed)
     history, start, step, spent = {key: [] for key in HISTORY_KEYS}, 0, 0, 0.0
     if checkpoint and Path(checkpoint).exists():  # a folder: read_checkpoint says so
         state = read_checkpoint(checkpoint)
@@ -371,6 +382,13 @@ def _start(checkpoint, model, optimizer, train_loader, progress, scaler):
     if hasattr(train_loader, "set_epoch"):
         train_loader.set_epoch(start)
     return history, start, step, spent
+
+
+def _budget(config, spent, val_loader, test_loader):
+    """The run's ``Budget``, with its final evaluations set aside: the last validation pass and the test passes
+    (with test-time flips three: one view, then both views)."""
+    test_passes = 0 if test_loader is None else 3 if config.test_flips else 1
+    return Budget(config.time_budget, spent, final_batches=len(val_loader) + test_passes * len(test_loader or ()))
 
 
 def _evaluate(model, val_loader, autocast, budget):

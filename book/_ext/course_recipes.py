@@ -289,8 +289,8 @@ def amp_trials(result):
 
 TABLES = {  # name -> (benchmarks/results files it reads, the function making the table from them), in page order
     "ablate-mnist": (["ablate_mnist"], ablate_mnist),
-    "stem-mnist": (["ablate_mnist"], stem_mnist),
     "stem-speed": (["stem_speed"], stem_speed),
+    "stem-mnist": (["ablate_mnist"], stem_mnist),
     "ablate-cifar10": (["ablate_cifar10"], ablate_cifar10),
     "crop-cifar10": (["ablate_cifar10"], crop_cifar10),
     "short-schedule": (["short_schedule_mnist", "short_schedule_cifar10"], short_schedule),
