@@ -13,7 +13,8 @@ The steps, each recorded with ``ok``, ``seconds`` and ``error``:
 - recipe mnist, cifar10, cifar10-gpu, cifar10-fast: ``python -m vit_course train NAME`` on the device's plan
   (``recipes.plan``), with ``--recipe-seconds`` as a time budget, so a plan that would not fit the check ends
   early, decayed, and is recorded as such (``epochs`` done of ``planned_epochs``, ``shortened``); ``accuracy`` on
-  the test set; the whole plan's seconds as ``recipes.estimate_seconds`` foresees them and at the pace the run kept.
+  the test set; the whole plan's seconds as ``recipes.estimate_seconds`` foresees them and at the pace the run kept;
+  ``whole_step_fallback``: on CUDA, why the compiled whole step fell back to the model compiled alone (None: none).
 - precision float16+scaler (what a T4 trains in) and bfloat16: 20 training steps of the cifar10 recipe's model on
   real images in that precision, which must leave a finite, lower loss.
 - parity timm: tests/test_timm.py (our ViT against timm's, weights converted) with the GPU as default device.
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -103,9 +105,14 @@ def recipe(name, device, seconds, smoke, out):
     def work():
         planned = 1 if smoke else plan(name, device)[0]
         estimate = estimate_seconds(name, device, epochs=planned, steps=3 if smoke else 20)  # what chapter 07 prints
-        metrics = train_recipe(name, epochs=planned, out=out / name, device=device,
-                               time_budget=None if smoke else seconds, subset=512 if smoke else None, progress=False)
+        with warnings.catch_warnings(record=True) as caught:  # fit warns if its compiled step falls back
+            warnings.simplefilter("always")
+            metrics = train_recipe(name, epochs=planned, out=out / name, device=device,
+                                   time_budget=None if smoke else seconds, subset=512 if smoke else None,
+                                   progress=False)
+        fallback = [str(w.message) for w in caught if "do not compile into one graph" in str(w.message)]
         return {"accuracy": round(metrics["test_accuracy"], 4), "epochs": round(metrics["epochs"], 2),
+                "whole_step_fallback": fallback[0] if fallback else None,  # None: compiled whole, or not compiled
                 "planned_epochs": planned, "shortened": metrics["epochs"] < planned,
                 "precision": metrics["precision"], "train_seconds": metrics["train_seconds"],
                 "estimated_plan_seconds": round(estimate, 1),  # estimate_seconds: timed steps, scaled to the plan
