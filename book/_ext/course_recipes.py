@@ -271,7 +271,7 @@ def step_overhead(result):
     header = ["recipe", "operations (eager)", "host reads (eager)", "whole step: graphs, breaks",
               "images/s (eager, range)", "device, machine"]
     where = f"{run['device']}, {machine_name(run['machine'])}, torch {run['torch']}"
-    rows = [[name, f"{r['ops']:.0f}", f"{r['host_reads']:g}",
+    rows = [[name, f"{r['ops']:,.0f}", f"{r['host_reads']:g}",
              f"{r['whole_step']['graphs']}, {r['whole_step']['breaks']}",
              f"{r['images_per_s']:,} ({r['images_per_s_range'][0]:,} to {r['images_per_s_range'][1]:,})", where]
             for name, r in run["recipes"].items()]
