@@ -266,9 +266,8 @@ def whole_step(model, optimizer, loader, label_smoothing=0.0, backend="inductor"
     def update():
         optimizer.step()
 
-    graphs = {"forward_backward": forward_backward, "update": update}
-    compiled = {"forward_backward": torch.compile(forward_backward, fullgraph=True, backend=backend),
-                "update": torch.compile(update, backend=backend)}
+    compiled_forward_backward = torch.compile(forward_backward, fullgraph=True, backend=backend)
+    compiled_update = torch.compile(update, backend=backend)
     fallback = None
 
     def run(index):
@@ -278,8 +277,8 @@ def whole_step(model, optimizer, loader, label_smoothing=0.0, backend="inductor"
             try:
                 optimizer.zero_grad(set_to_none=True)  # drops the gradients, no kernel; Dynamo skips it
                 with torch._dynamo.config.patch(trace_autograd_ops=True):
-                    loss = compiled["forward_backward"](index)
-                compiled["update"]()
+                    loss = compiled_forward_backward(index)
+                compiled_update()
                 return loss
             except torch._dynamo.exc.TorchDynamoException as error:  # raised while compiling, before that graph ran
                 reason = str(error).strip().splitlines()[0]
@@ -288,7 +287,7 @@ def whole_step(model, optimizer, loader, label_smoothing=0.0, backend="inductor"
                 fallback = torch.compile(model, backend=backend)
         return train_step(fallback, *loader.batch(index), optimizer, label_smoothing)
 
-    run.graphs = graphs
+    run.graphs = {"forward_backward": forward_backward, "update": update}
     return run
 
 
